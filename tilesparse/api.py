@@ -1,0 +1,240 @@
+"""The public entry point: ``compile(spec)`` returns a :class:`CompiledAttention`."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .backends.reference import feature_mask, masked_attention
+from .ir import AttentionInputs, Prepared, check_inputs, lower, prepare_group, tile_stats
+from .ir import Prepared as _Prepared
+from .patterns import Decisions, SpecBase, check_decisions, parse_spec
+from .patterns.specs import TopKFeatures
+from .planner import Plan, make_plan
+
+__all__ = ["CompiledAttention", "compile"]
+
+
+def compile(  # noqa: A001 - the library's verb, as in torch.compile
+    spec: SpecBase | dict | str,
+    *,
+    causal: bool = True,
+    scale: float | None = None,
+    backend: str = "auto",
+    validate: bool = True,
+) -> CompiledAttention:
+    """Compile a pattern spec into an exact attention op.
+
+    ``causal`` adds j <= i; ``scale`` defaults to 1/sqrt(D); ``backend`` is "auto" or a
+    registered name ("reference", "executor", "sdpa", "triton"). ``validate=False`` skips the
+    value checks of user-given decisions (bucket and feature ids in range), which read the
+    tensors back: one device sync per call.
+    """
+    return CompiledAttention(parse_spec(spec), causal=causal, scale=scale, backend=backend, validate=validate)
+
+
+class CompiledAttention:
+    """An exact attention op for one pattern: ``attn(q, k, v)`` as F.sdpa(q, k, v, is_causal=...)."""
+
+    def __init__(self, spec: SpecBase, *, causal: bool, scale: float | None, backend: str, validate: bool):
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {causal!r}")
+        if not isinstance(backend, str):
+            raise TypeError(f"backend must be a string, got {backend!r}")
+        self.spec = spec
+        self.causal = causal
+        self.scale = scale
+        self.backend = backend
+        self.validate = validate
+        self.program = lower(spec, causal=causal)
+        self._plans: dict[tuple, Plan] = {}
+        self.last_stats: dict | None = None
+
+    def __repr__(self) -> str:
+        return f"CompiledAttention({self.spec}, causal={self.causal}, backend={self.backend!r})"
+
+    # -- decisions --------------------------------------------------------------------------
+
+    def decide(self, q: Tensor, k: Tensor, *, generator: torch.Generator | None = None) -> Decisions:
+        """The decisions the spec's criteria make for q (B, H, T, D) and k (B, Hkv, T, D)."""
+        inputs = check_inputs(q, k, k, scale=self.scale)
+        self._check_spec_fits(inputs)
+        return self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator)
+
+    def _check_spec_fits(self, inputs: AttentionInputs) -> None:
+        self.spec.dense_heads_mask(inputs.heads)  # raises on out-of-range heads
+        for part in getattr(self.spec, "parts", ()) + (getattr(self.spec, "rest", self.spec),):
+            if isinstance(part, TopKFeatures) and part.k > inputs.head_dim:
+                raise ValueError(f"TopKFeatures.k={part.k} exceeds the head dim D={inputs.head_dim}")
+        if isinstance(self.spec, TopKFeatures) and self.spec.k > inputs.head_dim:
+            raise ValueError(f"TopKFeatures.k={self.spec.k} exceeds the head dim D={inputs.head_dim}")
+
+    def _decisions(self, inputs: AttentionInputs, decisions: Decisions | None, generator) -> Decisions:
+        if decisions is None:
+            return self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator)
+        check_decisions(
+            decisions,
+            needed=self.spec.decision_fields,
+            batch=inputs.batch,
+            heads=inputs.heads,
+            seqlen=inputs.seqlen,
+            head_dim=inputs.head_dim,
+            device=inputs.device,
+            buckets=_buckets(self.spec),
+            support_k=_support_k(self.spec),
+            values=self.validate,
+        )
+        return decisions
+
+    # -- running ----------------------------------------------------------------------------
+
+    def plan(self, q: Tensor, k: Tensor, v: Tensor) -> Plan:
+        """The plan a call on these inputs uses (cached per dtype, device, sizes, grad)."""
+        return self._plan(check_inputs(q, k, v, scale=self.scale))
+
+    def _plan(self, inputs: AttentionInputs) -> Plan:
+        key = (inputs.dtype, inputs.device, inputs.heads, inputs.kv_heads, inputs.head_dim, inputs.requires_grad)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = make_plan(self.program, inputs, backend=self.backend, has_decide=bool(self.spec.decision_fields))
+            self._plans[key] = plan
+        return plan
+
+    def __call__(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        decisions: Decisions | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Attention of q (B, H, T, D) over k, v (B, Hkv, T, D) under the pattern.
+
+        ``decisions`` overrides the criteria (deterministic); otherwise they run on q and k,
+        drawing from ``generator`` where they are random.
+        """
+        inputs = check_inputs(q, k, v, scale=self.scale)
+        self._check_spec_fits(inputs)
+        dec = self._decisions(inputs, decisions, generator)
+        plan = self._plan(inputs)
+        outs = []
+        for a in plan.assignments:
+            if a.backend.needs_prepare:
+                g = prepare_group(
+                    plan.program, a.group, a.heads, dec,
+                    batch=inputs.batch, heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,
+                )  # fmt: skip
+                outs.append((a.heads, a.backend.attend(g, inputs)))
+            else:
+                outs.append((a.heads, a.backend.attend_heads(a.group, a.heads, inputs)))
+        if len(outs) == 1 and outs[0][0] == tuple(range(inputs.heads)):
+            return outs[0][1]
+        out = q.new_empty(q.shape)
+        for heads, o in outs:
+            out[:, list(heads)] = o
+        return out
+
+    def prepare(self, q: Tensor, k: Tensor, v: Tensor, *, decisions: Decisions | None = None, generator=None) -> Prepared:
+        """The index tensors of every head group (for inspection: ``tilesparse.ir.to_string``)."""
+        inputs = check_inputs(q, k, v, scale=self.scale)
+        self._check_spec_fits(inputs)
+        dec = self._decisions(inputs, decisions, generator)
+        program = self._plan(inputs).program
+        from .ir import resolve_heads
+
+        groups = tuple(
+            prepare_group(program, g, hs, dec, batch=inputs.batch, heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device)
+            for g, hs in zip(program.groups, resolve_heads(program, inputs.heads), strict=True)
+            if hs
+        )
+        return _Prepared(program, groups, inputs.batch, inputs.heads, inputs.seqlen)
+
+    # -- the semantics ------------------------------------------------------------------------
+
+    def reference(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        decisions: Decisions | None = None,
+        precision: torch.dtype = torch.float32,
+    ) -> Tensor:
+        """Masked dense attention with the spec's own mask function: the definition of correct.
+
+        Returns ``precision`` (float32 by default, float64 when asked), not the inputs' dtype,
+        so a comparison sees the reference's rounding only. O(T^2) memory.
+        """
+        inputs = check_inputs(q, k, v, scale=self.scale)
+        self._check_spec_fits(inputs)
+        if decisions is None and self.spec.decision_fields:
+            raise ValueError(
+                f"reference needs decisions= for {self.spec}: it compares against given decisions "
+                "(attn.decide(q, k) makes them)"
+            )
+        dec = self._decisions(inputs, decisions or Decisions(), None)
+        mask = dense_mask(self.spec, dec, causal=self.causal, inputs=inputs)
+        qf = kf = None
+        sup = self.spec.supports(dec)
+        if sup is not None:
+            qf = feature_mask(sup[0], inputs.head_dim, precision)
+            kf = feature_mask(sup[1], inputs.head_dim, precision)
+            dense = self.spec.dense_heads_mask(inputs.heads)
+            if dense is not None:
+                qf[:, dense], kf[:, dense] = 1.0, 1.0
+        return masked_attention(q, k, v, mask, scale=inputs.scale, q_features=qf, k_features=kf, precision=precision)
+
+    # -- explaining ---------------------------------------------------------------------------
+
+    def explain(self, q: Tensor, k: Tensor, v: Tensor, *, decisions: Decisions | None = None) -> str:
+        """The plan for these inputs: stages, backend per group, fusions, refused backends and
+        why, and the visited-tile fraction of decisions drawn now (or given)."""
+        inputs = check_inputs(q, k, v, scale=self.scale)
+        plan = self._plan(inputs)
+        lines = [f"{self}", f"inputs: q {tuple(q.shape)} k/v {tuple(k.shape)} {str(q.dtype).removeprefix('torch.')} on {q.device}"]
+        lines.append(plan.describe())
+        prepared = self.prepare(q, k, v, decisions=decisions, generator=torch.Generator(q.device).manual_seed(0))
+        for i, g in enumerate(prepared.groups):
+            s = tile_stats(g, exact=False)
+            lines.append(
+                f"group {i} tiles ({g.block_q}x{g.block_k}): visited {s['visited']} of {s['dense_tiles']} dense"
+                f"{' causal' if g.group.causal else ''} ({100 * s['visited_fraction']:.1f}%), "
+                f"{s['unmasked']} without mask"
+            )
+        return "\n".join(lines)
+
+
+def dense_mask(spec: SpecBase, dec: Decisions, *, causal: bool, inputs: AttentionInputs) -> Tensor | None:
+    """(B, H, T, T) bool element mask of ``spec`` over ``dec`` (None: everything kept)."""
+    B, H, T = inputs.batch, inputs.heads, inputs.seqlen
+    dev = inputs.device
+    b = torch.arange(B, device=dev).view(B, 1, 1, 1)
+    h = torch.arange(H, device=dev).view(1, H, 1, 1)
+    i = torch.arange(T, device=dev).view(1, 1, T, 1)
+    j = torch.arange(T, device=dev).view(1, 1, 1, T)
+    mod = spec.mask_mod(dec)
+    mask = None if mod is None else mod(b, h, i, j).expand(B, H, T, T)
+    if causal:
+        c = (j <= i).expand(B, H, T, T)
+        mask = c if mask is None else mask & c
+    return mask
+
+
+def _buckets(spec: SpecBase) -> int | None:
+    for p in _parts(spec):
+        if hasattr(p, "buckets"):
+            return p.buckets
+    return None
+
+
+def _support_k(spec: SpecBase) -> int | None:
+    for p in _parts(spec):
+        if isinstance(p, TopKFeatures):
+            return p.k
+    return None
+
+
+def _parts(spec: SpecBase) -> tuple:
+    spec = getattr(spec, "rest", spec)
+    return tuple(getattr(spec, "parts", (spec,)))

@@ -1,0 +1,89 @@
+"""What every backend is: capabilities as class attributes, ``not_supported_reasons`` as the
+single source of truth, and ``attend`` over one prepared head group.
+
+Backends depend on the IR only; the planner reaches them through :data:`REGISTRY`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from ..ir import AttentionInputs, HeadGroup, PreparedGroup
+
+__all__ = ["REGISTRY", "Backend", "register", "select_heads"]
+
+
+class Backend(ABC):
+    """A way to run the attend stage of a head group.
+
+    Subclasses set the class attributes and implement :meth:`attend`; ``not_supported_reasons``
+    checks the common capabilities and calls :meth:`_reasons` for backend-specific ones.
+    """
+
+    NAME: ClassVar[str]
+    SUPPORTED_DTYPES: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16, torch.float32)
+    SUPPORTED_DEVICES: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
+    MAX_HEAD_DIM: ClassVar[int] = 256
+    SUPPORTS_BACKWARD: ClassVar[bool] = True
+    # absolute tolerance (relative to the reference's largest magnitude) per input dtype
+    ERROR_ATOL: ClassVar[dict[torch.dtype, float]] = {
+        torch.float32: 1e-4,
+        torch.float16: 4e-3,
+        torch.bfloat16: 3e-2,
+    }
+
+    def not_supported_reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
+        """Every reason this backend cannot run ``group`` on ``inputs``; empty when it can."""
+        reasons = []
+        if inputs.device.type not in self.SUPPORTED_DEVICES:
+            reasons.append(f"device {inputs.device.type!r} not in {self.SUPPORTED_DEVICES}")
+        if inputs.dtype not in self.SUPPORTED_DTYPES:
+            names = ", ".join(str(d).removeprefix("torch.") for d in self.SUPPORTED_DTYPES)
+            reasons.append(f"dtype {str(inputs.dtype).removeprefix('torch.')} not in ({names})")
+        if inputs.head_dim > self.MAX_HEAD_DIM:
+            reasons.append(f"head dim {inputs.head_dim} > {self.MAX_HEAD_DIM}")
+        if inputs.requires_grad and not self.SUPPORTS_BACKWARD:
+            reasons.append("gradients are needed and this backend has no backward pass")
+        return reasons + self._reasons(group, inputs)
+
+    def _reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
+        return []
+
+    def supports(self, group: HeadGroup, inputs: AttentionInputs) -> bool:
+        return not self.not_supported_reasons(group, inputs)
+
+    def blocks(self, inputs: AttentionInputs) -> tuple[int, int]:
+        """(block_q, block_k) the backend wants index tensors built for."""
+        return 64, 64
+
+    @property
+    def needs_prepare(self) -> bool:
+        """Whether :meth:`attend` reads the prepared index tensors (dense backends do not)."""
+        return True
+
+    @abstractmethod
+    def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
+        """(B, Hg, T, D) output of the group's heads, differentiable w.r.t. q, k, v."""
+
+    def __repr__(self) -> str:
+        return f"<backend {self.NAME}>"
+
+
+REGISTRY: dict[str, Backend] = {}
+
+
+def register(backend: Backend) -> Backend:
+    """Add ``backend`` to the registry under its NAME."""
+    REGISTRY[backend.NAME] = backend
+    return backend
+
+
+def select_heads(t: Tensor, heads: tuple[int, ...], total: int) -> Tensor:
+    """t[:, heads] without a copy when ``heads`` is every head in order."""
+    if heads == tuple(range(total)):
+        return t
+    return t[:, list(heads)]

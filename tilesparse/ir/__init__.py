@@ -1,0 +1,56 @@
+"""The IR: lowering specs to programs, preparing runtime index tensors, checking invariants."""
+
+from .inputs import SUPPORTED_DTYPES, AttentionInputs, check_inputs
+from .inspect import element_mask, ideal_tiles, layout_mask_rows, sparsity, tile_map, tile_stats, to_dense, to_string
+from .lower import lower
+from .prepare import KEY_SENTINEL, QUERY_SENTINEL, Prepared, PreparedGroup, prepare, prepare_group, resolve_heads
+from .program import (
+    Causal,
+    DotScore,
+    FeatureDotScore,
+    HeadGroup,
+    Keep,
+    Layout,
+    NotSelf,
+    Predicate,
+    Program,
+    SameBucket,
+    Score,
+)
+from .tiles import tile_intervals, visited_tiles
+from .verify import verify
+
+__all__ = [
+    "KEY_SENTINEL",
+    "QUERY_SENTINEL",
+    "SUPPORTED_DTYPES",
+    "AttentionInputs",
+    "Causal",
+    "DotScore",
+    "FeatureDotScore",
+    "HeadGroup",
+    "Keep",
+    "Layout",
+    "NotSelf",
+    "Predicate",
+    "Prepared",
+    "PreparedGroup",
+    "Program",
+    "SameBucket",
+    "Score",
+    "check_inputs",
+    "element_mask",
+    "ideal_tiles",
+    "layout_mask_rows",
+    "lower",
+    "prepare",
+    "prepare_group",
+    "resolve_heads",
+    "sparsity",
+    "tile_intervals",
+    "tile_map",
+    "tile_stats",
+    "to_dense",
+    "to_string",
+    "verify",
+]

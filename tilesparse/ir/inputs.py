@@ -1,0 +1,106 @@
+"""The one inputs object every backend receives: q, k, v validated once, sizes derived."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = ["SUPPORTED_DTYPES", "AttentionInputs", "check_inputs"]
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionInputs:
+    """q (B, H, T, D); k, v (B, Hkv, T, D) with H % Hkv == 0, as in F.scaled_dot_product_attention."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    scale: float
+
+    @property
+    def batch(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def heads(self) -> int:
+        return self.q.shape[1]
+
+    @property
+    def kv_heads(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def group(self) -> int:
+        """Query heads per kv head (1 without grouped-query attention)."""
+        return self.heads // self.kv_heads
+
+    @property
+    def seqlen(self) -> int:
+        return self.q.shape[2]
+
+    @property
+    def head_dim(self) -> int:
+        return self.q.shape[3]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.q.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.q.device
+
+    @property
+    def requires_grad(self) -> bool:
+        return torch.is_grad_enabled() and any(t.requires_grad for t in (self.q, self.k, self.v))
+
+    def k_per_query_head(self) -> Tensor:
+        """k expanded to (B, H, T, D): a copy when grouped-query attention is used."""
+        return _expand(self.k, self.group)
+
+    def v_per_query_head(self) -> Tensor:
+        return _expand(self.v, self.group)
+
+
+def _expand(t: Tensor, group: int) -> Tensor:
+    return t if group == 1 else t.repeat_interleave(group, dim=1)
+
+
+def check_inputs(q: object, k: object, v: object, *, scale: float | None = None) -> AttentionInputs:
+    """Validate q, k, v; every error names the argument, the value received and what is expected."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (B, heads, T, D), got shape {tuple(t.shape)}")
+        if t.dtype not in SUPPORTED_DTYPES:
+            names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+            raise TypeError(f"{name} has dtype {t.dtype}; supported: {names}")
+    assert isinstance(q, Tensor) and isinstance(k, Tensor) and isinstance(v, Tensor)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    B, H, T, D = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[0] != B or k.shape[2] != T or k.shape[3] != D:
+        raise ValueError(
+            f"k must be (B={B}, Hkv, T={T}, D={D}) to match q {tuple(q.shape)}, got {tuple(k.shape)}"
+        )
+    Hkv = k.shape[1]
+    if Hkv == 0 or H % Hkv:
+        raise ValueError(f"q's {H} heads must be a multiple of k's {Hkv} heads (grouped-query attention)")
+    if D % 8 or not 8 <= D <= 256:
+        raise ValueError(f"head dim D must be a multiple of 8 in [8, 256], got {D}")
+    if T < 1 or B < 1 or H < 1:
+        raise ValueError(f"q must have B, H, T >= 1, got shape {tuple(q.shape)}")
+    if scale is None:
+        scale = D**-0.5
+    elif not isinstance(scale, int | float) or not scale > 0:
+        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    return AttentionInputs(q, k, v, float(scale))

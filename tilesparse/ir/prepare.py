@@ -1,0 +1,290 @@
+"""``prepare``: decisions become the runtime index tensors a kernel reads.
+
+Per head group, in O(T) memory per head (a sort, per-block scans and a handful of binary
+searches; no T x T tensor anywhere):
+
+1. layout: the row order of Q and of K (a stable sort by (bucket, position) with dropped rows
+   moved to the end), the original position of each row (sentinel for a dropped row: -1 for
+   queries, ``KEY_SENTINEL`` for keys) and its bucket;
+2. segments: every query block (``block_q`` rows) splits into runs of one bucket;
+3. ranges: for each segment, the rows of the key layout that can hold a kept element, as
+   ``(lo, full_lo, full_hi, hi)``; the same for key blocks (``block_k`` rows) against the query
+   layout, for the dK/dV pass.
+
+Ranges are in *rows*, not blocks, so a kernel picks its own tile width ``BN`` along the other
+side: it visits tiles ``[lo // BN, ceil(hi / BN))``, skipping any tile an earlier segment of the
+same block already visited, and runs tiles ``[ceil(full_lo / BN), full_hi // BN)`` without
+the mask because every element in them is kept. A segment's rows are all in its block, and the
+query with the segment's extreme position keeps a key of every visited tile, so the visited
+tiles are exactly the non-empty ones when each block holds one segment per bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..patterns import Decisions
+from .program import FeatureDotScore, HeadGroup, Keep, Layout, NotSelf, Program, SameBucket
+
+__all__ = ["KEY_SENTINEL", "QUERY_SENTINEL", "Prepared", "PreparedGroup", "prepare", "prepare_group", "resolve_heads"]
+
+QUERY_SENTINEL = -1  # q_pos of a dropped query: before every key
+KEY_SENTINEL = 1 << 30  # k_pos of a dropped key: after every query
+DROPPED_Q_BUCKET = -1  # bucket of a dropped row: never equal to a kept row's or each other's
+DROPPED_K_BUCKET = -2
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedGroup:
+    """Index tensors of one head group; ``Hg = len(heads)``, L the padded row count (= T).
+
+    ============ ================= ==========================================================
+    q_order      (B, Hg, T) int32  layout row r reads original row q_order[r] (a permutation)
+    q_pos        (B, Hg, T) int32  original position of row r; -1 when the query is dropped
+    q_bucket     (B, Hg, T) int32  bucket of row r; -1 when dropped
+    k_order      (B, Hg, T) int32  as q_order, for keys (and values)
+    k_pos        (B, Hg, T) int32  as q_pos; KEY_SENTINEL when the key is dropped
+    k_bucket     (B, Hg, T) int32  as q_bucket; -2 when dropped
+    q_ranges     (B, Hg, nQB, S, 4) int32  per query block and segment: key rows
+                                   (lo, full_lo, full_hi, hi); slots >= q_nseg are zero
+    q_nseg       (B, Hg, nQB) int32  segments of each query block
+    k_ranges     (B, Hg, nKB, S, 4) int32  per key block and segment: query rows
+    k_nseg       (B, Hg, nKB) int32
+    q_support    (B, Hg, T, k) int32 feature ids, original order (FeatureDotScore) or None
+    k_support    likewise
+    ============ ================= ==========================================================
+
+    The dense mask it stands for, rebuilt from these tensors (what :meth:`to_dense` does)::
+
+        for r in range(T):                 # query rows, layout order
+            for c in range(T):             # key rows, layout order
+                i, j = q_order[r], k_order[c]
+                mask[i, j] = (q_pos[r] >= 0 and k_pos[c] != KEY_SENTINEL
+                              and all(p(q_pos[r], k_pos[c], q_bucket[r], k_bucket[c])
+                                      for p in group.predicates))
+    """
+
+    group: HeadGroup
+    heads: tuple[int, ...]
+    head_map: Tensor
+    seqlen: int
+    block_q: int
+    block_k: int
+    q_order: Tensor
+    q_pos: Tensor
+    q_bucket: Tensor
+    k_order: Tensor
+    k_pos: Tensor
+    k_bucket: Tensor
+    q_ranges: Tensor
+    q_nseg: Tensor
+    k_ranges: Tensor
+    k_nseg: Tensor
+    q_support: Tensor | None = None
+    k_support: Tensor | None = None
+
+    @property
+    def num_q_blocks(self) -> int:
+        return self.q_ranges.shape[2]
+
+    @property
+    def num_k_blocks(self) -> int:
+        return self.k_ranges.shape[2]
+
+    def __repr__(self) -> str:
+        B, Hg, T = self.q_order.shape
+        return (
+            f"PreparedGroup({self.group.describe()}, B={B}, Hg={Hg}, T={T}, "
+            f"blocks=({self.block_q}, {self.block_k}), segments<={self.q_ranges.shape[3]})"
+        )
+
+
+
+@dataclass(frozen=True, eq=False)
+class Prepared:
+    """Prepared index tensors for every head group of a program."""
+
+    program: Program
+    groups: tuple[PreparedGroup, ...]
+    batch: int
+    heads: int
+    seqlen: int
+
+    def __repr__(self) -> str:
+        inner = "\n  ".join(repr(g) for g in self.groups)
+        return f"Prepared(B={self.batch}, H={self.heads}, T={self.seqlen},\n  {inner})"
+
+
+def resolve_heads(program: Program, heads: int) -> list[tuple[int, ...]]:
+    """The query heads of each group; ``None`` takes the heads no other group names."""
+    named = [h for g in program.groups if g.heads is not None for h in g.heads]
+    if bad := [h for h in named if h >= heads]:
+        raise ValueError(f"head indices {bad} are out of range for {heads} query heads")
+    rest = tuple(h for h in range(heads) if h not in named)
+    out = [g.heads if g.heads is not None else rest for g in program.groups]
+    return out
+
+
+def prepare(program: Program, decisions: Decisions, *, batch: int, heads: int, seqlen: int, device) -> Prepared:
+    """Build every group's index tensors from ``decisions`` (validated by the caller)."""
+    groups = []
+    for group, hs in zip(program.groups, resolve_heads(program, heads), strict=True):
+        if not hs:
+            continue
+        groups.append(prepare_group(program, group, hs, decisions, batch=batch, heads=heads, seqlen=seqlen, device=device))
+    return Prepared(program, tuple(groups), batch, heads, seqlen)
+
+
+def _select(t: Tensor | None, hs: tuple[int, ...], heads: int) -> Tensor | None:
+    if t is None or len(hs) == heads:
+        return t
+    return t[:, list(hs)]
+
+
+def prepare_group(
+    program: Program,
+    group: HeadGroup,
+    hs: tuple[int, ...],
+    dec: Decisions,
+    *,
+    batch: int,
+    heads: int,
+    seqlen: int,
+    device,
+) -> PreparedGroup:
+    """One group's index tensors, for query heads ``hs`` out of ``heads``."""
+    B, H, T, device = batch, heads, seqlen, torch.device(device)
+    Hg = len(hs)
+    sel = lambda t: _select(t, hs, H)  # noqa: E731
+
+    keep_q = sel(dec.q_keep) if group.has(Keep) else None
+    keep_k = sel(dec.k_keep) if group.has(Keep) else None
+    bkt_q = sel(dec.q_bucket) if group.has(SameBucket) else None
+    bkt_k = sel(dec.k_bucket) if group.has(SameBucket) else None
+    shape = (B, Hg, T)
+    q_key, q_order, q_pos, q_bucket = _layout(group.layout, keep_q, bkt_q, shape, group.buckets, device, query=True)
+    k_key, k_order, k_pos, k_bucket = _layout(group.layout, keep_k, bkt_k, shape, group.buckets, device, query=False)
+
+    causal = group.causal
+    strict = causal is not None and causal.strict
+    not_self = group.has(NotSelf)
+    q_ranges, q_nseg = _ranges(
+        q_key, k_key, program.block_q, T, group.buckets, causal=causal, strict=strict, not_self=not_self, query_side=True
+    )
+    k_ranges, k_nseg = _ranges(
+        k_key, q_key, program.block_k, T, group.buckets, causal=causal, strict=strict, not_self=not_self, query_side=False
+    )
+    sup_q = sup_k = None
+    if isinstance(group.score, FeatureDotScore):
+        sup_q = sel(dec.q_support).to(torch.int32).contiguous()
+        sup_k = sel(dec.k_support).to(torch.int32).contiguous()
+    return PreparedGroup(
+        group=group,
+        heads=tuple(hs),
+        head_map=torch.tensor(hs, dtype=torch.int32, device=device),
+        seqlen=T,
+        block_q=program.block_q,
+        block_k=program.block_k,
+        q_order=q_order,
+        q_pos=q_pos,
+        q_bucket=q_bucket,
+        k_order=k_order,
+        k_pos=k_pos,
+        k_bucket=k_bucket,
+        q_ranges=q_ranges,
+        q_nseg=q_nseg,
+        k_ranges=k_ranges,
+        k_nseg=k_nseg,
+        q_support=sup_q,
+        k_support=sup_k,
+    )
+
+
+def _big(T: int, buckets: int) -> int:
+    """Sort key of a dropped row: past every kept row's bucket * T + position."""
+    return (buckets + 1) * T
+
+
+def _layout(layout: Layout, keep, bucket, shape, buckets: int, device, *, query: bool):
+    """(sort key, order, pos, bucket) per layout row; the sort key is bucket * T + position
+    for a kept row and ``_big`` for a dropped one, ascending along the rows."""
+    B, Hg, T = shape
+    pos = torch.arange(T, device=device, dtype=torch.int64).expand(shape)
+    if layout is Layout.IDENTITY:
+        order = pos.to(torch.int32).contiguous()
+        zeros = torch.zeros(shape, dtype=torch.int32, device=device)
+        return pos.contiguous(), order, order, zeros
+    key = pos if bucket is None else bucket.to(torch.int64) * T + pos
+    big = _big(T, buckets)
+    if keep is not None:
+        key = torch.where(keep, key, big + pos)
+    skey, order = torch.sort(key, dim=-1)
+    valid = skey < big
+    order = order.to(torch.int32)
+    sentinel = QUERY_SENTINEL if query else KEY_SENTINEL
+    row_pos = torch.where(valid, order, sentinel)
+    dropped_bucket = DROPPED_Q_BUCKET if query else DROPPED_K_BUCKET
+    row_bucket = torch.where(valid, skey // T, dropped_bucket).to(torch.int32)
+    skey = torch.where(valid, skey, big)
+    return skey, order.contiguous(), row_pos.to(torch.int32).contiguous(), row_bucket.contiguous()
+
+
+def _ranges(rows_key, other_key, block, T, buckets, *, causal, strict, not_self, query_side):
+    """Segments of each block of this side's rows and, per segment, the other side's rows
+    ``(lo, full_lo, full_hi, hi)`` that can hold kept elements (see the module docstring)."""
+    B, Hg, L = rows_key.shape
+    device = rows_key.device
+    nb = -(-L // block)
+    big = _big(T, buckets)
+    key = torch.nn.functional.pad(rows_key, (0, nb * block - L), value=big).view(B, Hg, nb, block)
+    valid = key < big
+    bucket = torch.where(valid, key // T, -1)
+    pos = key % T
+    # a segment starts at a valid row whose bucket differs from the row before (or at row 0)
+    prev = torch.nn.functional.pad(bucket[..., :-1], (1, 0), value=-1)
+    starts = valid & (bucket != prev)
+    nseg = starts.sum(-1, dtype=torch.int32)
+    S = max(1, min(block, buckets))
+    seg = torch.where(valid, starts.cumsum(-1) - 1, S)  # invalid rows go to a spill slot
+    slot = (torch.arange(B * Hg * nb, device=device).view(B, Hg, nb, 1) * (S + 1) + seg).flatten()
+    n_slots = B * Hg * nb * (S + 1)
+
+    def reduce(init: int, src: Tensor, how: str) -> Tensor:
+        out = torch.full((n_slots,), init, dtype=torch.int64, device=device)
+        return out.scatter_reduce_(0, slot, src.flatten(), how, include_self=True).view(B, Hg, nb, S + 1)[..., :S]
+
+    seg_bucket = reduce(-1, bucket, "amax")
+    pmin = reduce(T, pos, "amin")
+    pmax = reduce(-1, pos, "amax")
+    base = seg_bucket.clamp_min(0) * T
+    flat = lambda t: t.reshape(B, Hg, nb * S)  # noqa: E731
+
+    def find(values: Tensor, right: bool) -> Tensor:
+        return torch.searchsorted(other_key, flat(values), right=right).view(B, Hg, nb, S)
+
+    bucket_start = find(base, right=False)
+    bucket_end = find(base + T, right=False)
+    if causal is None:
+        lo, hi = bucket_start, bucket_end
+        full_lo, full_hi = lo, (lo if not_self else hi)
+    elif query_side:
+        # keys of the segment's bucket at or before its latest query (strictly before if strict)
+        lo = bucket_start
+        hi = find(base + pmax, right=not strict)
+        full_lo, full_hi = lo, find(base + pmin, right=not strict)
+    else:
+        # queries of the segment's bucket at or after its earliest key (strictly after if strict)
+        lo = find(base + pmin, right=strict)
+        hi = bucket_end
+        full_lo, full_hi = find(base + pmax, right=strict), hi
+    # full tiles need a block that is one segment of valid rows
+    uniform = ((nseg == 1) & valid.all(-1)).unsqueeze(-1)
+    full_lo = torch.where(uniform, full_lo, lo)
+    full_hi = torch.where(uniform, torch.maximum(full_hi, full_lo), full_lo)
+    used = torch.arange(S, device=device) < nseg.unsqueeze(-1)
+    ranges = torch.stack([lo, full_lo, full_hi, hi], dim=-1)
+    ranges = torch.where(used.unsqueeze(-1), ranges, 0).to(torch.int32).contiguous()
+    return ranges, nseg.contiguous()

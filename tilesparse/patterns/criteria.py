@@ -1,0 +1,172 @@
+"""Sparsity criteria: the functions that turn q and k into per-token decisions.
+
+A criterion is a callable ``fn(q, k, /, *, generator=None, **fields)``. ``q`` is (B, H, T, D);
+``k`` is expanded per query head to (B, H, T, D). The spec's fields arrive as keywords
+(``keep=``, ``buckets=``, ``k=``), so name the two tensors positionally (``/``): a support
+criterion receives ``k=`` as the number of features. It returns ``(q_side, k_side)``:
+
+- ``produces="keep"``: two (B, H, T) bool tensors;
+- ``produces="bucket"``: two (B, H, T) integer tensors with values in [0, buckets);
+- ``produces="support"``: two (B, H, T, k) integer tensors of distinct feature ids in [0, D).
+
+Built-ins: ``bernoulli`` (keep), ``lsh`` (bucket, Reformer's random rotations) and
+``topk_abs`` (support). :func:`check_output` holds every criterion, built-in or not, to that
+contract.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import torch
+from torch import Tensor
+
+from .decisions import check_decision_tensor
+
+__all__ = [
+    "Criterion",
+    "CriterionFn",
+    "Produces",
+    "check_output",
+    "criterion",
+    "get_criterion",
+    "registered",
+]
+
+Produces = Literal["keep", "bucket", "support"]
+PRODUCES: tuple[str, ...] = ("keep", "bucket", "support")
+
+
+class CriterionFn(Protocol):
+    """What ``@tilesparse.criterion`` accepts."""
+
+    def __call__(
+        self, q: Tensor, k: Tensor, /, *, generator: torch.Generator | None = None, **fields
+    ) -> tuple[Tensor, Tensor]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Criterion:
+    """A registered criterion: its name, what it produces, and the function."""
+
+    name: str
+    produces: Produces
+    fn: CriterionFn
+    builtin: bool = False
+
+    def __call__(self, q: Tensor, k: Tensor, /, *, generator=None, **fields) -> tuple[Tensor, Tensor]:
+        out = self.fn(q, k, generator=generator, **fields)
+        # value checks read the tensors back (a device sync): built-ins are correct by test
+        return check_output(self, out, q, fields, values=not self.builtin)
+
+
+_REGISTRY: dict[str, Criterion] = {}
+
+
+def criterion(
+    name: str, *, produces: Produces, replace: bool = False, _builtin: bool = False
+) -> Callable[[CriterionFn], CriterionFn]:
+    """Register ``fn`` under ``name``; specs then name it, e.g. ``QKDrop(criterion=name)``.
+
+    ``produces`` says which spec can use it: "keep" (QKDrop), "bucket" (Hash) or "support"
+    (TopKFeatures). Registering a taken name raises unless ``replace=True``.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"criterion name must be a non-empty string, got {name!r}")
+    if produces not in PRODUCES:
+        raise ValueError(f"criterion {name!r}: produces must be one of {PRODUCES}, got {produces!r}")
+
+    def register(fn: CriterionFn) -> CriterionFn:
+        if not callable(fn):
+            raise TypeError(f"criterion {name!r} must decorate a callable, got {type(fn).__name__}")
+        if name in _REGISTRY and not replace:
+            raise ValueError(
+                f"criterion {name!r} is already registered (produces {_REGISTRY[name].produces!r}); "
+                "pick another name or pass replace=True"
+            )
+        _REGISTRY[name] = Criterion(name, produces, fn, builtin=_builtin)
+        return fn
+
+    return register
+
+
+def get_criterion(name: str) -> Criterion:
+    """The registered criterion called ``name``; the error lists the registered names."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown criterion {name!r}; registered: {sorted(_REGISTRY)}") from None
+
+
+def registered(produces: Produces | None = None) -> list[str]:
+    """Names of the registered criteria, optionally only those producing ``produces``."""
+    return sorted(n for n, c in _REGISTRY.items() if produces is None or c.produces == produces)
+
+
+def check_output(
+    crit: Criterion, out: object, q: Tensor, fields: dict, *, values: bool = True
+) -> tuple[Tensor, Tensor]:
+    """Check a criterion's return value against its contract (types and shapes; value ranges
+    too when ``values``); raise naming what is off."""
+    where = f"criterion {crit.name!r} (produces {crit.produces!r})"
+    if not (isinstance(out, tuple | list) and len(out) == 2):
+        raise TypeError(f"{where} must return a pair (q_side, k_side) of tensors, got {type(out).__name__}")
+    B, H, T, D = q.shape
+    shape = (B, H, T, fields["k"]) if crit.produces == "support" else (B, H, T)
+    hi = fields["buckets"] if crit.produces == "bucket" else D
+    for side, t in zip(("q_side", "k_side"), out, strict=True):
+        check_decision_tensor(
+            f"{where}: {side}", t, kind=crit.produces, shape=shape, device=q.device, hi=hi, values=values
+        )
+    return out[0], out[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-ins
+
+
+@criterion("bernoulli", produces="keep", _builtin=True)
+def bernoulli(q: Tensor, k: Tensor, /, *, keep: float, generator: torch.Generator | None = None):
+    """Keep each (b, h, token) with probability ``keep``, for queries and keys independently."""
+    B, H, T, _ = q.shape
+    u = torch.rand((2, B, H, T), generator=generator, device=q.device)
+    return u[0] < keep, u[1] < keep
+
+
+@criterion("lsh", produces="bucket", _builtin=True)
+def lsh(q: Tensor, k: Tensor, /, *, buckets: int, generator: torch.Generator | None = None):
+    """Reformer's angular LSH: per head a random rotation R (D, ceil(buckets/2)); a token's
+    bucket is the argmax over [xR, -xR]. The same R hashes queries and keys of a head.
+
+    With an odd bucket count the last negated direction, -xR[:, -1], is left out, so the
+    argmax runs over exactly ``buckets`` directions (one bucket is then a little larger in
+    expectation). ``buckets=1`` puts every token in bucket 0.
+    """
+    B, H, T, D = q.shape
+    if buckets == 1:
+        z = torch.zeros((B, H, T), dtype=torch.int32, device=q.device)
+        return z, z.clone()
+    half = math.ceil(buckets / 2)
+    rot = torch.randn((H, D, half), generator=generator, device=q.device, dtype=torch.float32)
+
+    def hash_(x: Tensor) -> Tensor:
+        proj = torch.einsum("bhtd,hdr->bhtr", x.float(), rot)
+        return torch.cat([proj, -proj], dim=-1)[..., :buckets].argmax(dim=-1).to(torch.int32)
+
+    return hash_(q), hash_(k)
+
+
+@criterion("topk_abs", produces="support", _builtin=True)
+def topk_abs(q: Tensor, k_: Tensor, /, *, k: int, generator: torch.Generator | None = None):
+    """The ``k`` features of largest |x| per token, ties broken by the lowest feature id;
+    ids returned in increasing order."""
+
+    def support(x: Tensor) -> Tensor:
+        # descending stable sort keeps equal magnitudes in id order: lowest id wins ties
+        order = torch.sort(x.abs(), dim=-1, descending=True, stable=True).indices[..., :k]
+        return order.sort(dim=-1).values.to(torch.int32)
+
+    return support(q), support(k_)

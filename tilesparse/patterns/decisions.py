@@ -1,0 +1,130 @@
+"""Sparsity decisions: what a criterion decided for every (batch, query head, token).
+
+Keep and bucket decisions are (B, H, T); feature supports are (B, H, T, k). Key-side decisions
+are per *query* head: with grouped-query attention a kv head is shared by several query heads,
+and each of them may keep, bucket and order that head's keys differently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+from torch import Tensor
+
+__all__ = ["DECISION_FIELDS", "Decisions", "check_decision_tensor", "check_decisions"]
+
+DECISION_FIELDS: tuple[str, ...] = ("q_keep", "k_keep", "q_bucket", "k_bucket", "q_support", "k_support")
+
+
+@dataclass(frozen=True, eq=False)
+class Decisions:
+    """Per-token decisions; each field is optional and only the spec's own are allowed.
+
+    - ``q_keep``, ``k_keep``: (B, H, T) bool, False drops the token (QKDrop);
+    - ``q_bucket``, ``k_bucket``: (B, H, T) integer bucket ids in [0, buckets) (Hash);
+    - ``q_support``, ``k_support``: (B, H, T, k) integer feature ids, distinct per token
+      (TopKFeatures).
+    """
+
+    q_keep: Tensor | None = None
+    k_keep: Tensor | None = None
+    q_bucket: Tensor | None = None
+    k_bucket: Tensor | None = None
+    q_support: Tensor | None = None
+    k_support: Tensor | None = None
+
+    def present(self) -> frozenset[str]:
+        """Names of the fields that hold a tensor."""
+        return frozenset(f.name for f in fields(self) if getattr(self, f.name) is not None)
+
+    def merge(self, other: Decisions) -> Decisions:
+        """The union of two decision sets; a field set in both is an error."""
+        both = self.present() & other.present()
+        if both:
+            raise ValueError(f"decisions set twice: {sorted(both)}")
+        return replace(self, **{n: getattr(other, n) for n in other.present()})
+
+    def to(self, device: torch.device | str) -> Decisions:
+        return Decisions(**{n: None if t is None else t.to(device) for n, t in self.items()})
+
+    def items(self) -> list[tuple[str, Tensor | None]]:
+        return [(f.name, getattr(self, f.name)) for f in fields(self)]
+
+    def __repr__(self) -> str:
+        parts = [f"{n}={tuple(t.shape)}:{str(t.dtype).removeprefix('torch.')}" for n, t in self.items() if t is not None]
+        return f"Decisions({', '.join(parts)})"
+
+
+def check_decisions(
+    dec: Decisions,
+    *,
+    needed: frozenset[str],
+    batch: int,
+    heads: int,
+    seqlen: int,
+    head_dim: int,
+    device: torch.device,
+    buckets: int | None = None,
+    support_k: int | None = None,
+    values: bool = True,
+) -> None:
+    """Check ``dec`` against what a spec needs and the inputs' sizes; raise naming the field.
+
+    ``values`` also checks value ranges (bucket ids, feature ids), which reads them back: a
+    device sync on GPU.
+    """
+    if not isinstance(dec, Decisions):
+        raise TypeError(f"decisions must be a tilesparse.Decisions, got {type(dec).__name__}")
+    have = dec.present()
+    if missing := sorted(needed - have):
+        raise ValueError(f"decisions is missing {missing} that the spec needs (it needs {sorted(needed)})")
+    if extra := sorted(have - needed):
+        raise ValueError(f"decisions has {extra} that the spec does not use (it uses {sorted(needed)})")
+    for name in sorted(needed):
+        kind = name.split("_")[1]
+        t = getattr(dec, name)
+        shape: tuple[int, ...] = (batch, heads, seqlen)
+        if kind == "support" and isinstance(t, Tensor):
+            shape = (batch, heads, seqlen, support_k if support_k is not None else t.shape[-1])
+        hi = buckets if kind == "bucket" else head_dim
+        check_decision_tensor(f"decisions.{name}", t, kind=kind, shape=shape, device=device, hi=hi, values=values)
+
+
+def check_decision_tensor(
+    label: str,
+    t: object,
+    *,
+    kind: str,
+    shape: tuple[int, ...],
+    device: torch.device,
+    hi: int | None,
+    values: bool,
+) -> None:
+    """Check one decision tensor: type, shape, device, dtype and (``values``) its value range.
+
+    ``kind`` is "keep" (bool), "bucket" (integers in [0, hi)) or "support" (distinct integer
+    feature ids in [0, hi) along the last dimension).
+    """
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{label} must be a torch.Tensor, got {type(t).__name__}")
+    if tuple(t.shape) != shape:
+        dims = "(B, H, T, k)" if kind == "support" else "(B, H, T)"
+        raise ValueError(f"{label} must have shape {shape} {dims}, H the query heads; got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{label} is on {t.device}, the inputs are on {device}")
+    if kind == "keep":
+        if t.dtype != torch.bool:
+            raise TypeError(f"{label} must be torch.bool, got {t.dtype}")
+        return
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise TypeError(f"{label} must be an integer tensor, got {t.dtype}")
+    if not values or t.numel() == 0:
+        return
+    lo_v, hi_v = int(t.min()), int(t.max())
+    if lo_v < 0 or (hi is not None and hi_v >= hi):
+        raise ValueError(f"{label} values must lie in [0, {hi}), got [{lo_v}, {hi_v}]")
+    if kind == "support" and t.shape[-1] > 1:
+        s = t.sort(dim=-1).values
+        if bool((s[..., 1:] == s[..., :-1]).any()):
+            raise ValueError(f"{label} repeats a feature id within a token's support")

@@ -1,0 +1,306 @@
+"""Pattern specs: pydantic models users declare, frozen and validated, JSON round-trip exact.
+
+Every spec has a meaning as one mask function of (b, h, i, j) over its decisions, in the style
+of FlexAttention's ``mask_mod``: :meth:`Spec.mask_mod` returns it, and masked dense attention
+with it applied (plus causality, a compile option) is the definition of correct. TopKFeatures
+changes the score instead of the mask: :meth:`Spec.supports` says which features each side
+keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, ClassVar, Literal, Union
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from torch import Tensor
+
+from .criteria import get_criterion
+from .decisions import Decisions
+
+__all__ = [
+    "Dense",
+    "Hash",
+    "Hybrid",
+    "MaskMod",
+    "PerHead",
+    "QKDrop",
+    "Spec",
+    "TopKFeatures",
+    "and_masks",
+    "parse_spec",
+]
+
+MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+"""(b, h, i, j) -> bool, over broadcastable index tensors: True keeps element (i, j)."""
+
+
+def and_masks(*mods: MaskMod | None) -> MaskMod | None:
+    """The conjunction of mask functions; ``None`` stands for "keep everything"."""
+    live = [m for m in mods if m is not None]
+    if not live:
+        return None
+
+    def mod(b, h, i, j):
+        out = live[0](b, h, i, j)
+        for m in live[1:]:
+            out = out & m(b, h, i, j)
+        return out
+
+    return mod
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @property
+    def decision_fields(self) -> frozenset[str]:
+        """The :class:`Decisions` fields this spec reads."""
+        return frozenset()
+
+    def mask_mod(self, dec: Decisions) -> MaskMod | None:
+        """The element mask over ``dec`` (causality not included); None keeps everything."""
+        return None
+
+    def supports(self, dec: Decisions) -> tuple[Tensor, Tensor] | None:
+        """(q_support, k_support) feature ids when the score uses only kept features."""
+        return None
+
+    def dense_heads_mask(self, heads: int) -> Tensor | None:
+        """(H,) bool, True for heads computed dense whatever the decisions say."""
+        return None
+
+    def decide(self, q: Tensor, k: Tensor, *, generator: torch.Generator | None = None) -> Decisions:
+        """Run the spec's criteria on q (B, H, T, D) and k expanded to (B, H, T, D)."""
+        return Decisions()
+
+    def __str__(self) -> str:
+        """Compact form: the class and the fields that differ from their defaults."""
+
+        def show(v) -> str:
+            if isinstance(v, tuple):
+                return "[" + ", ".join(show(x) for x in v) + "]"
+            return str(v) if isinstance(v, _Spec) else repr(v)
+
+        fields = type(self).model_fields
+        args = ", ".join(
+            f"{n}={show(getattr(self, n))}"
+            for n in fields
+            if n != "kind" and getattr(self, n) != fields[n].default
+        )
+        return f"{type(self).__name__}({args})"
+
+
+class _CriterionSpec(_Spec):
+    """A spec whose decisions come from one criterion producing ``produces``; the criterion
+    receives the fields named in ``criterion_fields`` as keywords."""
+
+    produces: ClassVar[str]
+    criterion_fields: ClassVar[tuple[str, ...]]
+
+    @field_validator("criterion", check_fields=False)
+    @classmethod
+    def _known_criterion(cls, name: str) -> str:
+        try:
+            crit = get_criterion(name)
+        except KeyError as e:
+            raise ValueError(e.args[0]) from None
+        want = cls.produces
+        if crit.produces != want:
+            raise ValueError(
+                f"criterion {name!r} produces {crit.produces!r} but {cls.__name__} needs one "
+                f"producing {want!r}"
+            )
+        return name
+
+    @property
+    def decision_fields(self) -> frozenset[str]:
+        return frozenset({f"q_{self.produces}", f"k_{self.produces}"})
+
+    def decide(self, q, k, *, generator=None) -> Decisions:
+        fields = {n: getattr(self, n) for n in self.criterion_fields}
+        qd, kd = get_criterion(self.criterion)(q, k, generator=generator, **fields)  # type: ignore[attr-defined]
+        return Decisions(**{f"q_{self.produces}": qd, f"k_{self.produces}": kd})
+
+
+class Dense(_Spec):
+    """Plain attention: every (causal) element kept."""
+
+    kind: Literal["dense"] = "dense"
+
+
+class QKDrop(_CriterionSpec):
+    """Drop queries and keys per (b, h, token); (i, j) kept when both are kept.
+
+    A dropped query outputs zeros. ``keep`` is the fraction the built-in Bernoulli criterion
+    keeps, in (0, 1].
+    """
+
+    kind: Literal["qk_drop"] = "qk_drop"
+    keep: float = 0.7
+    criterion: str = "bernoulli"
+    produces: ClassVar[str] = "keep"
+    criterion_fields: ClassVar[tuple[str, ...]] = ("keep",)
+
+    @field_validator("keep")
+    @classmethod
+    def _keep_range(cls, v: float) -> float:
+        if not 0.0 < v <= 1.0:
+            raise ValueError(f"keep must be in (0, 1] (the fraction of tokens kept), got {v}")
+        return v
+
+    def mask_mod(self, dec: Decisions) -> MaskMod:
+        qk, kk = dec.q_keep, dec.k_keep
+        return lambda b, h, i, j: qk[b, h, i] & kk[b, h, j]
+
+
+class Hash(_CriterionSpec):
+    """Bucket queries and keys per (b, h, token); (i, j) kept when their buckets are equal.
+
+    ``attend_self=False`` also drops (i, i), as in Reformer: with causality a query then sees
+    only strictly earlier keys, and a query alone in its bucket outputs zeros.
+    """
+
+    kind: Literal["hash"] = "hash"
+    buckets: int = 16
+    criterion: str = "lsh"
+    attend_self: bool = True
+    produces: ClassVar[str] = "bucket"
+    criterion_fields: ClassVar[tuple[str, ...]] = ("buckets",)
+
+    @field_validator("buckets")
+    @classmethod
+    def _buckets_range(cls, v: int) -> int:
+        if not 1 <= v <= 65536:
+            raise ValueError(f"buckets must be in [1, 65536], got {v}")
+        return v
+
+    def mask_mod(self, dec: Decisions) -> MaskMod:
+        qb, kb = dec.q_bucket, dec.k_bucket
+        if self.attend_self:
+            return lambda b, h, i, j: qb[b, h, i] == kb[b, h, j]
+        return lambda b, h, i, j: (qb[b, h, i] == kb[b, h, j]) & (i != j)
+
+
+class TopKFeatures(_CriterionSpec):
+    """Keep the ``k`` features of each query and key that its criterion picks (largest |x| by
+    default, ties to the lowest id); the score of (i, j) is the dot product of the two
+    sparsified vectors. V stays dense; gradients reach only the kept entries of q and k."""
+
+    kind: Literal["topk_features"] = "topk_features"
+    k: int = 8
+    criterion: str = "topk_abs"
+    produces: ClassVar[str] = "support"
+    criterion_fields: ClassVar[tuple[str, ...]] = ("k",)
+
+    @field_validator("k")
+    @classmethod
+    def _k_range(cls, v: int) -> int:
+        if not 1 <= v <= 256:
+            raise ValueError(f"k must be in [1, 256] (features kept per token, at most D), got {v}")
+        return v
+
+    def supports(self, dec: Decisions) -> tuple[Tensor, Tensor]:
+        return dec.q_support, dec.k_support
+
+
+Part = Annotated[Union[QKDrop, Hash, TopKFeatures], Field(discriminator="kind")]
+
+
+class Hybrid(_Spec):
+    """The AND of its parts: e.g. same bucket AND both kept; at most one part of each kind."""
+
+    kind: Literal["hybrid"] = "hybrid"
+    parts: tuple[Part, ...]
+
+    @field_validator("parts")
+    @classmethod
+    def _distinct_parts(cls, parts: tuple) -> tuple:
+        if not parts:
+            raise ValueError("parts must hold at least one of QKDrop, Hash, TopKFeatures")
+        kinds = [p.kind for p in parts]
+        if dup := sorted({k for k in kinds if kinds.count(k) > 1}):
+            raise ValueError(f"parts must have at most one part of each kind; {dup} appears more than once")
+        return parts
+
+    @property
+    def decision_fields(self) -> frozenset[str]:
+        return frozenset().union(*(p.decision_fields for p in self.parts))
+
+    def mask_mod(self, dec: Decisions) -> MaskMod | None:
+        return and_masks(*(p.mask_mod(dec) for p in self.parts))
+
+    def supports(self, dec: Decisions) -> tuple[Tensor, Tensor] | None:
+        return next((s for p in self.parts if (s := p.supports(dec)) is not None), None)
+
+    def decide(self, q, k, *, generator=None) -> Decisions:
+        out = Decisions()
+        for p in self.parts:
+            out = out.merge(p.decide(q, k, generator=generator))
+        return out
+
+
+Rest = Annotated[Union[Dense, QKDrop, Hash, TopKFeatures, Hybrid], Field(discriminator="kind")]
+
+
+class PerHead(_Spec):
+    """Heads in ``dense_heads`` attend densely (their decisions are ignored); the others
+    follow ``rest``."""
+
+    kind: Literal["per_head"] = "per_head"
+    dense_heads: tuple[int, ...]
+    rest: Rest
+
+    @field_validator("dense_heads")
+    @classmethod
+    def _heads(cls, heads: tuple[int, ...]) -> tuple[int, ...]:
+        if bad := [h for h in heads if h < 0]:
+            raise ValueError(f"dense_heads must be head indices >= 0, got {bad}")
+        if dup := sorted({h for h in heads if heads.count(h) > 1}):
+            raise ValueError(f"dense_heads must not repeat a head; {dup} appears more than once")
+        return tuple(sorted(heads))
+
+    @property
+    def decision_fields(self) -> frozenset[str]:
+        return self.rest.decision_fields
+
+    def dense_heads_mask(self, heads: int) -> Tensor:
+        if bad := [h for h in self.dense_heads if h >= heads]:
+            raise ValueError(f"PerHead.dense_heads {bad} out of range for {heads} query heads")
+        m = torch.zeros(heads, dtype=torch.bool)
+        m[list(self.dense_heads)] = True
+        return m
+
+    def mask_mod(self, dec: Decisions) -> MaskMod | None:
+        rest = self.rest.mask_mod(dec)
+        if rest is None:
+            return None
+        dense_of: dict[torch.device, Tensor] = {}
+
+        def mod(b, h, i, j):
+            if h.device not in dense_of:
+                heads = max(int(h.max()) + 1, max(self.dense_heads, default=-1) + 1)
+                dense_of[h.device] = self.dense_heads_mask(heads).to(h.device)
+            return dense_of[h.device][h] | rest(b, h, i, j)
+
+        return mod
+
+    def supports(self, dec: Decisions) -> tuple[Tensor, Tensor] | None:
+        return self.rest.supports(dec)
+
+    def decide(self, q, k, *, generator=None) -> Decisions:
+        return self.rest.decide(q, k, generator=generator)
+
+
+Spec = Annotated[Union[Dense, QKDrop, Hash, TopKFeatures, Hybrid, PerHead], Field(discriminator="kind")]
+_SPEC = TypeAdapter(Spec)
+
+
+def parse_spec(data: str | bytes | dict | _Spec) -> _Spec:
+    """A spec from its JSON text or dict (``{"kind": "hash", "buckets": 16}``)."""
+    if isinstance(data, _Spec):
+        return data
+    if isinstance(data, str | bytes):
+        return _SPEC.validate_json(data)
+    return _SPEC.validate_python(data)

@@ -1,0 +1,409 @@
+"""Tile-skipping attention kernels: forward, dK/dV and dQ over a prepared IR program.
+
+Every program handles one block of rows of one (batch, query head) and reads rows of Q, K, V,
+dO through the layout's row orders and writes O, dQ, dK, dV at original positions: no reordered
+copy of any tensor exists. For each bucket segment of its block it visits the tiles of the
+segment's row range on the other side (``lo, full_lo, full_hi, hi`` in rows, converted to its
+own tile width), running the tiles proven full with ``MASK=False`` (no mask arithmetic) and the
+rest with the in-tile predicates. The softmax is SCFA's NaN-safe online softmax: a row with no
+kept key ends with l = 0, outputs zeros and stores lse = +inf, so its gradients are zero.
+
+Scores are kept in log2 units (``qk_scale = scale * log2(e)``), as in the Triton tutorial.
+Tested on CPU under TRITON_INTERPRET=1 (tests/backends/triton), compiled for sm_90 in CI
+(tests/backends/triton/test_compile_sm90.py), and run on the H200 in tests/gpu.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# must match tilesparse.ir.prepare.KEY_SENTINEL (checked by a test)
+KEY_SENTINEL = tl.constexpr(1 << 30)
+
+# per-step sizes are runtime values; keep Triton from specializing on their divisibility
+_RUNTIME = ["seqlen", "n_blocks", "n_heads_g"]
+
+
+@triton.jit
+def _tile_keep(q_pos, k_pos, q_bkt, k_bkt, CAUSAL: tl.constexpr, STRICT: tl.constexpr,
+               SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr):
+    """Element predicates of a tile over broadcast (rows x cols) positions and buckets."""
+    if CAUSAL:
+        # sentinels fail on their own: a dropped query sits at -1, a dropped key at 2^30
+        if STRICT:
+            keep = k_pos < q_pos
+        else:
+            keep = k_pos <= q_pos
+    else:
+        keep = (q_pos >= 0) & (k_pos != KEY_SENTINEL)
+    if SAME_BUCKET:
+        keep = keep & (q_bkt == k_bkt)
+    if NOT_SELF:
+        keep = keep & (k_pos != q_pos)
+    return keep
+
+
+@triton.jit
+def _tiles(rng, s, BLOCK: tl.constexpr, prev_hi):
+    """Segment s's row range (lo, full_lo, full_hi, hi) as tiles BLOCK wide: visit [lo, hi),
+    unmasked [f0, f1); tiles an earlier segment visited (below prev_hi) are skipped."""
+    lo_r = tl.load(rng + s * 4)
+    flo_r = tl.load(rng + s * 4 + 1)
+    fhi_r = tl.load(rng + s * 4 + 2)
+    hi_r = tl.load(rng + s * 4 + 3)
+    lo = tl.maximum(lo_r // BLOCK, prev_hi)
+    hi = tl.maximum(tl.cdiv(hi_r, BLOCK), lo)
+    f0 = tl.minimum(tl.maximum(tl.cdiv(flo_r, BLOCK), lo), hi)
+    f1 = tl.minimum(tl.maximum(fhi_r // BLOCK, f0), hi)
+    return lo, f0, f1, hi
+
+
+# ---------------------------------------------------------------------------------------------
+# forward
+
+
+@triton.jit
+def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
+                    k_base, v_base, stride_kt, stride_vt, K_ORDER, K_POS, K_BKT,
+                    lo, hi, qk_scale, seqlen, offs_d, d_ok,
+                    BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                    STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
+                    PRECISION: tl.constexpr):
+    """Online softmax over key tiles [lo, hi) of one query block."""
+    for n in range(lo, hi):
+        offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < seqlen
+        k_rows = tl.load(K_ORDER + offs_n, mask=n_ok, other=0)
+        kT = tl.load(k_base + k_rows[None, :] * stride_kt + offs_d[:, None], mask=d_ok[:, None], other=0.0)
+        qk = tl.dot(q, kT, input_precision=PRECISION) * qk_scale
+        if MASK:
+            k_pos = tl.load(K_POS + offs_n, mask=n_ok, other=KEY_SENTINEL)
+            k_bkt = k_pos
+            if SAME_BUCKET:
+                k_bkt = tl.load(K_BKT + offs_n, mask=n_ok, other=-2)
+            keep = _tile_keep(q_pos[:, None], k_pos[None, :], q_bkt[:, None], k_bkt[None, :],
+                              CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
+            qk = tl.where(keep, qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            # SCFA's guard: a row with nothing kept so far subtracts 0, not -inf
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            m_safe = m_new
+        p = tl.math.exp2(qk - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + k_rows[:, None] * stride_vt + offs_d[None, :], mask=d_ok[None, :], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit(do_not_specialize=_RUNTIME)
+def _attn_fwd(Q, K, V, O, LSE,
+              Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP,
+              stride_qb, stride_qh, stride_qt,
+              stride_kb, stride_kh, stride_kt,
+              stride_vb, stride_vh, stride_vt,
+              stride_ob, stride_oh, stride_ot,
+              n_heads_g, seqlen, n_blocks, qk_scale,
+              K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
+              CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
+              NOT_SELF: tl.constexpr, PRECISION: tl.constexpr):
+    tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
+    tl.static_assert(BLOCK_D >= 16, "tl.dot needs an inner dimension of at least 16")
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads_g
+    hg = pid_bh % n_heads_g
+    h = tl.load(HEAD_MAP + hg)
+    row_base = pid_bh.to(tl.int64) * seqlen
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_ok = offs_m < seqlen
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    q_rows = tl.load(Q_ORDER + row_base + offs_m, mask=m_ok, other=0)
+    q_pos = tl.load(Q_POS + row_base + offs_m, mask=m_ok, other=-1)
+    q_bkt = q_pos
+    if SAME_BUCKET:
+        q_bkt = tl.load(Q_BKT + row_base + offs_m, mask=m_ok, other=-1)
+    # load q once: it stays in registers for every tile of the block
+    q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+    q = tl.load(q_base + q_rows[:, None] * stride_qt + offs_d[None, :],
+                mask=(q_pos >= 0)[:, None] & d_ok[None, :], other=0.0)
+    k_base = K + b.to(tl.int64) * stride_kb + (h // K_GROUP).to(tl.int64) * stride_kh
+    v_base = V + b.to(tl.int64) * stride_vb + (h // V_GROUP).to(tl.int64) * stride_vh
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    nseg = tl.load(NSEG + pid_bh.to(tl.int64) * n_blocks + pid_m)
+    rng = RANGES + (pid_bh.to(tl.int64) * n_blocks + pid_m) * (MAX_SEG * 4)
+    k_order = K_ORDER + row_base
+    k_posp = K_POS + row_base
+    k_bktp = K_BKT + row_base
+    prev_hi = 0
+    for s in range(nseg):
+        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N, prev_hi)
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                        k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen, offs_d, d_ok,
+                                        BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                        k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen, offs_d, d_ok,
+                                        BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                        k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen, offs_d, d_ok,
+                                        BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+        prev_hi = hi
+
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    # lse in log2 units; +inf marks a row with no kept key (zero probabilities in backward)
+    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
+    tl.store(LSE + row_base + offs_m, lse, mask=m_ok)
+    o = acc / l_safe[:, None]
+    o_base = O + b.to(tl.int64) * stride_ob + hg.to(tl.int64) * stride_oh
+    tl.store(o_base + q_rows[:, None] * stride_ot + offs_d[None, :], o.to(O.dtype.element_ty),
+             mask=m_ok[:, None] & d_ok[None, :])
+
+
+# ---------------------------------------------------------------------------------------------
+# backward
+
+
+@triton.jit(do_not_specialize=_RUNTIME)
+def _attn_bwd_delta(O, DO, DELTA, Q_ORDER,
+                    stride_ob, stride_oh, stride_ot,
+                    stride_dob, stride_doh, stride_dot,
+                    n_heads_g, seqlen,
+                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr):
+    """delta = rowsum(dO * O) per layout row (FlashAttention-2's preprocessing)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads_g
+    hg = pid_bh % n_heads_g
+    row_base = pid_bh.to(tl.int64) * seqlen
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_ok = offs_m < seqlen
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = m_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
+    rows = tl.load(Q_ORDER + row_base + offs_m, mask=m_ok, other=0)
+    o = tl.load(O + b.to(tl.int64) * stride_ob + hg.to(tl.int64) * stride_oh
+                + rows[:, None] * stride_ot + offs_d[None, :], mask=mask, other=0.0)
+    do = tl.load(DO + b.to(tl.int64) * stride_dob + hg.to(tl.int64) * stride_doh
+                 + rows[:, None] * stride_dot + offs_d[None, :], mask=mask, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(DELTA + row_base + offs_m, delta, mask=m_ok)
+
+
+@triton.jit
+def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
+                         q_base, do_base, stride_qt, stride_dot, Q_ORDER, Q_POS, Q_BKT, LSE, DELTA,
+                         lo, hi, qk_scale, seqlen, offs_d, d_ok,
+                         BLOCK_M: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                         STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
+                         PRECISION: tl.constexpr):
+    """Accumulate dK, dV of one key block over query tiles [lo, hi); tiles are (keys x queries)."""
+    for m in range(lo, hi):
+        offs_m = m * BLOCK_M + tl.arange(0, BLOCK_M)
+        m_ok = offs_m < seqlen
+        q_rows = tl.load(Q_ORDER + offs_m, mask=m_ok, other=0)
+        qT = tl.load(q_base + q_rows[None, :] * stride_qt + offs_d[:, None], mask=d_ok[:, None], other=0.0)
+        lse = tl.load(LSE + offs_m, mask=m_ok, other=float("inf"))
+        qkT = tl.dot(k, qT, input_precision=PRECISION) * qk_scale
+        pT = tl.math.exp2(qkT - lse[None, :])
+        if MASK:
+            q_pos = tl.load(Q_POS + offs_m, mask=m_ok, other=-1)
+            q_bkt = q_pos
+            if SAME_BUCKET:
+                q_bkt = tl.load(Q_BKT + offs_m, mask=m_ok, other=-1)
+            keep = _tile_keep(q_pos[None, :], k_pos[:, None], q_bkt[None, :], k_bkt[:, None],
+                              CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
+            pT = tl.where(keep, pT, 0.0)
+        do = tl.load(do_base + q_rows[:, None] * stride_dot + offs_d[None, :], mask=d_ok[None, :], other=0.0)
+        dv += tl.dot(pT.to(do.dtype), do, input_precision=PRECISION)
+        di = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
+        dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        dsT = pT * (dpT - di[None, :])
+        dk += tl.dot(dsT.to(qT.dtype), tl.trans(qT), input_precision=PRECISION)
+    return dk, dv
+
+
+@triton.jit(do_not_specialize=_RUNTIME)
+def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
+                   Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP,
+                   stride_qb, stride_qh, stride_qt,
+                   stride_kb, stride_kh, stride_kt,
+                   stride_vb, stride_vh, stride_vt,
+                   stride_dob, stride_doh, stride_dot,
+                   stride_dkb, stride_dkh, stride_dkt,
+                   stride_dvb, stride_dvh, stride_dvt,
+                   n_heads_g, seqlen, n_blocks, qk_scale, sm_scale,
+                   K_GROUP: tl.constexpr, V_GROUP: tl.constexpr, DKV_PER_QUERY_HEAD: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
+                   CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
+                   NOT_SELF: tl.constexpr, PRECISION: tl.constexpr):
+    """One key block (BLOCK_N rows of the key layout) against its query-row ranges."""
+    tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads_g
+    hg = pid_bh % n_heads_g
+    h = tl.load(HEAD_MAP + hg)
+    row_base = pid_bh.to(tl.int64) * seqlen
+
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < seqlen
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    k_rows = tl.load(K_ORDER + row_base + offs_n, mask=n_ok, other=0)
+    k_pos = tl.load(K_POS + row_base + offs_n, mask=n_ok, other=KEY_SENTINEL)
+    k_bkt = k_pos
+    if SAME_BUCKET:
+        k_bkt = tl.load(K_BKT + row_base + offs_n, mask=n_ok, other=-2)
+    kv_ok = (k_pos != KEY_SENTINEL)[:, None] & d_ok[None, :]
+    k = tl.load(K + b.to(tl.int64) * stride_kb + (h // K_GROUP).to(tl.int64) * stride_kh
+                + k_rows[:, None] * stride_kt + offs_d[None, :], mask=kv_ok, other=0.0)
+    v = tl.load(V + b.to(tl.int64) * stride_vb + (h // V_GROUP).to(tl.int64) * stride_vh
+                + k_rows[:, None] * stride_vt + offs_d[None, :], mask=kv_ok, other=0.0)
+    q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+    do_base = DO + b.to(tl.int64) * stride_dob + hg.to(tl.int64) * stride_doh
+
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    nseg = tl.load(NSEG + pid_bh.to(tl.int64) * n_blocks + pid_n)
+    rng = RANGES + (pid_bh.to(tl.int64) * n_blocks + pid_n) * (MAX_SEG * 4)
+    q_order = Q_ORDER + row_base
+    q_posp = Q_POS + row_base
+    q_bktp = Q_BKT + row_base
+    lsep = LSE + row_base
+    deltap = DELTA + row_base
+    prev_hi = 0
+    for s in range(nseg):
+        lo, f0, f1, hi = _tiles(rng, s, BLOCK_M, prev_hi)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
+                                      q_order, q_posp, q_bktp, lsep, deltap, lo, f0, qk_scale, seqlen,
+                                      offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
+                                      PRECISION)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
+                                      q_order, q_posp, q_bktp, lsep, deltap, f0, f1, qk_scale, seqlen,
+                                      offs_d, d_ok, BLOCK_M, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
+                                      PRECISION)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
+                                      q_order, q_posp, q_bktp, lsep, deltap, f1, hi, qk_scale, seqlen,
+                                      offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
+                                      PRECISION)
+        prev_hi = hi
+
+    # dK, dV go to original rows: of this query head's buffer, or straight into the kv head
+    if DKV_PER_QUERY_HEAD:
+        dkv_head = hg
+    else:
+        dkv_head = h // K_GROUP
+    out_mask = n_ok[:, None] & d_ok[None, :]
+    dk_ptrs = DK + b.to(tl.int64) * stride_dkb + dkv_head.to(tl.int64) * stride_dkh + k_rows[:, None] * stride_dkt
+    tl.store(dk_ptrs + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=out_mask)
+    dv_ptrs = DV + b.to(tl.int64) * stride_dvb + dkv_head.to(tl.int64) * stride_dvh + k_rows[:, None] * stride_dvt
+    tl.store(dv_ptrs + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt,
+                       k_base, v_base, stride_kt, stride_vt, K_ORDER, K_POS, K_BKT,
+                       lo, hi, qk_scale, seqlen, offs_d, d_ok,
+                       BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+                       STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
+                       PRECISION: tl.constexpr):
+    """Accumulate dQ of one query block over key tiles [lo, hi)."""
+    for n in range(lo, hi):
+        offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < seqlen
+        k_rows = tl.load(K_ORDER + offs_n, mask=n_ok, other=0)
+        kT = tl.load(k_base + k_rows[None, :] * stride_kt + offs_d[:, None], mask=d_ok[:, None], other=0.0)
+        vT = tl.load(v_base + k_rows[None, :] * stride_vt + offs_d[:, None], mask=d_ok[:, None], other=0.0)
+        qk = tl.dot(q, kT, input_precision=PRECISION) * qk_scale
+        p = tl.math.exp2(qk - lse[:, None])
+        if MASK:
+            k_pos = tl.load(K_POS + offs_n, mask=n_ok, other=KEY_SENTINEL)
+            k_bkt = k_pos
+            if SAME_BUCKET:
+                k_bkt = tl.load(K_BKT + offs_n, mask=n_ok, other=-2)
+            keep = _tile_keep(q_pos[:, None], k_pos[None, :], q_bkt[:, None], k_bkt[None, :],
+                              CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, vT, input_precision=PRECISION)
+        ds = p * (dp - di[:, None])
+        dq += tl.dot(ds.to(kT.dtype), tl.trans(kT), input_precision=PRECISION)
+    return dq
+
+
+@triton.jit(do_not_specialize=_RUNTIME)
+def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA,
+                 Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP,
+                 stride_qb, stride_qh, stride_qt,
+                 stride_kb, stride_kh, stride_kt,
+                 stride_vb, stride_vh, stride_vt,
+                 stride_dob, stride_doh, stride_dot,
+                 stride_dqb, stride_dqh, stride_dqt,
+                 n_heads_g, seqlen, n_blocks, qk_scale, sm_scale,
+                 K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
+                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
+                 CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
+                 NOT_SELF: tl.constexpr, PRECISION: tl.constexpr):
+    """One query block against its key-row ranges (the forward pass's ranges)."""
+    tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads_g
+    hg = pid_bh % n_heads_g
+    h = tl.load(HEAD_MAP + hg)
+    row_base = pid_bh.to(tl.int64) * seqlen
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_ok = offs_m < seqlen
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    q_rows = tl.load(Q_ORDER + row_base + offs_m, mask=m_ok, other=0)
+    q_pos = tl.load(Q_POS + row_base + offs_m, mask=m_ok, other=-1)
+    q_bkt = q_pos
+    if SAME_BUCKET:
+        q_bkt = tl.load(Q_BKT + row_base + offs_m, mask=m_ok, other=-1)
+    row_ok = (q_pos >= 0)[:, None] & d_ok[None, :]
+    q = tl.load(Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+                + q_rows[:, None] * stride_qt + offs_d[None, :], mask=row_ok, other=0.0)
+    do = tl.load(DO + b.to(tl.int64) * stride_dob + hg.to(tl.int64) * stride_doh
+                 + q_rows[:, None] * stride_dot + offs_d[None, :], mask=row_ok, other=0.0)
+    lse = tl.load(LSE + row_base + offs_m, mask=m_ok, other=float("inf"))
+    di = tl.load(DELTA + row_base + offs_m, mask=m_ok, other=0.0)
+    k_base = K + b.to(tl.int64) * stride_kb + (h // K_GROUP).to(tl.int64) * stride_kh
+    v_base = V + b.to(tl.int64) * stride_vb + (h // V_GROUP).to(tl.int64) * stride_vh
+
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    nseg = tl.load(NSEG + pid_bh.to(tl.int64) * n_blocks + pid_m)
+    rng = RANGES + (pid_bh.to(tl.int64) * n_blocks + pid_m) * (MAX_SEG * 4)
+    k_order = K_ORDER + row_base
+    k_posp = K_POS + row_base
+    k_bktp = K_BKT + row_base
+    prev_hi = 0
+    for s in range(nseg):
+        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N, prev_hi)
+        dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen, offs_d, d_ok,
+                                BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+        dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen, offs_d, d_ok,
+                                BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+        dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen, offs_d, d_ok,
+                                BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+        prev_hi = hi
+
+    dq_base = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
+    tl.store(dq_base + q_rows[:, None] * stride_dqt + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
+             mask=m_ok[:, None] & d_ok[None, :])

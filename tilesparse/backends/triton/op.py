@@ -1,0 +1,209 @@
+"""The autograd function that owns the Triton launches, and the tile configurations.
+
+Configurations live here and only here: :func:`tile_config` picks one per head dim, dtype and
+device; ``override_config`` swaps it for tests and benchmark sweeps. Per-step sizes (sequence
+length, block counts) are runtime kernel arguments that Triton does not specialize on, so new
+decisions every step reuse the compiled kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from ...ir import KEY_SENTINEL, Causal, NotSelf, PreparedGroup, SameBucket
+from . import kernels
+
+__all__ = ["TileConfig", "interpreting", "override_config", "sparse_attention", "tile_config"]
+
+LOG2E = 1.4426950408889634
+assert kernels.KEY_SENTINEL.value == KEY_SENTINEL, "kernel and IR disagree on the key sentinel"
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Tile shapes and launch parameters of the three kernels.
+
+    ``block_q`` is the query block of the forward and dQ kernels and ``block_k`` the key block
+    of the dK/dV kernel: the IR's segments are built for them. ``fwd_n``, ``dq_n`` (key tile
+    widths) and ``dkdv_m`` (query tile height) are free: ranges are in rows.
+    """
+
+    block_q: int
+    block_k: int
+    fwd_n: int
+    dq_n: int
+    dkdv_m: int
+    fwd_warps: int = 4
+    fwd_stages: int = 3
+    bwd_warps: int = 4
+    bwd_stages: int = 3
+
+
+_OVERRIDE: dict[str, int] = {}
+
+
+def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> TileConfig:
+    """The configuration for a head dim, dtype and device (then any active override)."""
+    if device.type == "cpu":
+        # the interpreter costs ~10 ms per program x loop step: few, wide tiles
+        cfg = TileConfig(32, 32, 32, 32, 32, 1, 1, 1, 1)
+    elif head_dim <= 64 and dtype != torch.float32:
+        cfg = TileConfig(128, 128, 64, 32, 32, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3)
+    elif head_dim <= 128 and dtype != torch.float32:
+        cfg = TileConfig(128, 128, 64, 32, 32, fwd_warps=8, fwd_stages=3, bwd_warps=8, bwd_stages=2)
+    else:
+        # D = 256 or fp32: half-height blocks keep the tiles inside shared memory
+        cfg = TileConfig(64, 64, 32, 32, 32, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2)
+    return replace(cfg, **_OVERRIDE) if _OVERRIDE else cfg
+
+
+@contextlib.contextmanager
+def override_config(**fields: int):
+    """Use these TileConfig fields for every launch inside the block (tests, sweeps)."""
+    bad = set(fields) - set(TileConfig.__dataclass_fields__)
+    if bad:
+        raise ValueError(f"unknown TileConfig fields {sorted(bad)}; known: {sorted(TileConfig.__dataclass_fields__)}")
+    old = dict(_OVERRIDE)
+    _OVERRIDE.update(fields)
+    try:
+        yield
+    finally:
+        _OVERRIDE.clear()
+        _OVERRIDE.update(old)
+
+
+def _flags(g: PreparedGroup) -> dict:
+    causal = g.group.causal
+    return dict(
+        CAUSAL=causal is not None,
+        STRICT=causal is not None and causal.strict,
+        SAME_BUCKET=g.group.has(SameBucket),
+        NOT_SELF=g.group.has(NotSelf),
+    )
+
+
+def _block_d(head_dim: int) -> int:
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+def _precision(dtype: torch.dtype) -> str:
+    # fp32 inputs get fp32 dots (exactness over speed); 16-bit inputs ignore this
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def launch_key(g: PreparedGroup, q: Tensor, cfg: TileConfig, k_group: int, v_group: int) -> tuple:
+    """Everything a launch specializes on (the compile-time constants); decisions and
+    per-step sizes are not in it, so they never recompile."""
+    return (
+        q.dtype,
+        k_group,
+        v_group,
+        q.shape[-1],
+        _block_d(q.shape[-1]),
+        cfg,
+        g.q_ranges.shape[3],
+        tuple(sorted(_flags(g).items())),
+    )
+
+
+def sparse_attention(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig) -> Tensor:
+    """(B, Hg, T, D) attention of group ``g``'s heads; q (B, H, T, D), k (B, Hk, T, D) and
+    v (B, Hv, T, D) with H a multiple of Hk and Hv; differentiable w.r.t. q, k, v."""
+    return _SparseAttention.apply(q, k, v, g, scale, cfg)
+
+
+class _SparseAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig):
+        B, H, T, D = q.shape
+        Hg = len(g.heads)
+        k_group, v_group = H // k.shape[1], H // v.shape[1]
+        o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=q.device)
+        lse = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
+        n_blocks = g.q_ranges.shape[2]
+        grid = (n_blocks, B * Hg)
+        kernels._attn_fwd[grid](
+            q, k, v, o, lse,
+            g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+            Hg, T, n_blocks, scale * LOG2E,
+            K_GROUP=k_group, V_GROUP=v_group, HEAD_DIM=D, BLOCK_D=_block_d(D),
+            BLOCK_M=cfg.block_q, BLOCK_N=cfg.fwd_n, MAX_SEG=g.q_ranges.shape[3],
+            PRECISION=_precision(q.dtype), num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages,
+            **_flags(g),
+        )  # fmt: skip
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.g, ctx.scale, ctx.cfg = g, scale, cfg
+        return o
+
+    @staticmethod
+    def backward(ctx, do: Tensor):
+        q, k, v, o, lse = ctx.saved_tensors
+        g, scale, cfg = ctx.g, ctx.scale, ctx.cfg
+        B, H, T, D = q.shape
+        Hg = len(g.heads)
+        k_group, v_group = H // k.shape[1], H // v.shape[1]
+        do = do.contiguous()
+        flags = _flags(g)
+        common = dict(HEAD_DIM=D, BLOCK_D=_block_d(D), PRECISION=_precision(q.dtype))
+        n_qb = g.q_ranges.shape[2]
+
+        delta = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
+        kernels._attn_bwd_delta[(n_qb, B * Hg)](
+            o, do, delta, g.q_order, *o.stride()[:3], *do.stride()[:3], Hg, T,
+            HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_M=cfg.block_q,
+        )  # fmt: skip
+
+        full = Hg == H
+        dq = torch.empty_like(q) if full else torch.zeros_like(q)
+        kernels._attn_bwd_dq[(n_qb, B * Hg)](
+            q, k, v, do, dq, lse, delta,
+            g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
+            Hg, T, n_qb, scale * LOG2E, scale,
+            K_GROUP=k_group, V_GROUP=v_group, BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n,
+            MAX_SEG=g.q_ranges.shape[3], num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
+            **common, **flags,
+        )  # fmt: skip
+
+        # one query head per kv head and every head here: each key row is written once, in
+        # place; otherwise per-query-head buffers are summed into the kv heads afterwards
+        direct = full and k_group == 1 and v_group == 1
+        if direct:
+            dk, dv = torch.empty_like(k), torch.empty_like(v)
+        else:
+            dk = torch.empty((B, Hg, T, D), dtype=torch.float32, device=q.device)
+            dv = torch.empty((B, Hg, T, D), dtype=torch.float32, device=q.device)
+        n_kb = g.k_ranges.shape[2]
+        kernels._attn_bwd_dkdv[(n_kb, B * Hg)](
+            q, k, v, do, dk, dv, lse, delta,
+            g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.k_ranges, g.k_nseg, g.head_map,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
+            Hg, T, n_kb, scale * LOG2E, scale,
+            K_GROUP=k_group, V_GROUP=v_group, DKV_PER_QUERY_HEAD=not direct,
+            BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=g.k_ranges.shape[3],
+            num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
+            **common, **flags,
+        )  # fmt: skip
+        if not direct:
+            heads = g.head_map.to(torch.int64)
+            dk = _sum_into_heads(dk, heads // k_group, k)
+            dv = _sum_into_heads(dv, heads // v_group, v)
+        return dq, dk, dv, None, None, None
+
+
+def _sum_into_heads(per_query_head: Tensor, target_heads: Tensor, like: Tensor) -> Tensor:
+    """Sum (B, Hg, T, D) per-query-head gradients into ``like``'s heads (fp32, then cast)."""
+    out = torch.zeros(like.shape, dtype=torch.float32, device=like.device)
+    out.index_add_(1, target_heads, per_query_head)
+    return out.to(like.dtype)

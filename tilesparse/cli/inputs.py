@@ -1,0 +1,49 @@
+"""What the subcommands share about their inputs: the shape options and the random q, k, v."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch import Tensor
+
+__all__ = ["DTYPES", "add_input_arguments", "criteria_generator", "positive_int", "random_inputs"]
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+def add_input_arguments(parser: argparse.ArgumentParser, *, seqlen: int, heads: int, head_dim: int) -> None:
+    """Add --batch, --heads, --seqlen, --head-dim, --dtype, --device, --seed with these defaults."""
+    group = parser.add_argument_group("inputs (random q, k, v)")
+    group.add_argument("--batch", type=positive_int, default=1, metavar="B", help="batch size (default: %(default)s)")
+    group.add_argument("--heads", type=positive_int, default=heads, metavar="H", help="query heads (default: %(default)s)")
+    group.add_argument("--seqlen", type=positive_int, default=seqlen, metavar="T", help="sequence length (default: %(default)s)")
+    group.add_argument(
+        "--head-dim", type=positive_int, default=head_dim, metavar="D", help="head dim, a multiple of 8 (default: %(default)s)"
+    )
+    group.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="(default: %(default)s)")
+    group.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
+    group.add_argument("--seed", type=int, default=0, help="seeds the inputs and the criteria (default: %(default)s)")
+
+
+def random_inputs(args: argparse.Namespace, *, requires_grad: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Standard normal q, k, v of shape (batch, heads, seqlen, head_dim), seeded by ``args.seed``."""
+    gen = torch.Generator(device=args.device).manual_seed(args.seed)
+    shape = (args.batch, args.heads, args.seqlen, args.head_dim)
+    return tuple(
+        torch.randn(shape, generator=gen, device=args.device).to(DTYPES[args.dtype]).requires_grad_(requires_grad)
+        for _ in range(3)
+    )  # type: ignore[return-value]
+
+
+def criteria_generator(args: argparse.Namespace) -> torch.Generator:
+    """The generator random criteria draw from: seeded, so a run repeats exactly."""
+    return torch.Generator(device=args.device).manual_seed(args.seed + 1)

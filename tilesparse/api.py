@@ -63,11 +63,9 @@ class CompiledAttention:
 
     def _check_spec_fits(self, inputs: AttentionInputs) -> None:
         self.spec.dense_heads_mask(inputs.heads)  # raises on out-of-range heads
-        for part in getattr(self.spec, "parts", ()) + (getattr(self.spec, "rest", self.spec),):
+        for part in _parts(self.spec):  # PerHead's rest and a Hybrid's parts, nested too
             if isinstance(part, TopKFeatures) and part.k > inputs.head_dim:
                 raise ValueError(f"TopKFeatures.k={part.k} exceeds the head dim D={inputs.head_dim}")
-        if isinstance(self.spec, TopKFeatures) and self.spec.k > inputs.head_dim:
-            raise ValueError(f"TopKFeatures.k={self.spec.k} exceeds the head dim D={inputs.head_dim}")
 
     def _decisions(self, inputs: AttentionInputs, decisions: Decisions | None, generator) -> Decisions:
         if decisions is None:
@@ -205,18 +203,22 @@ class CompiledAttention:
         return "\n".join(lines)
 
 
-def dense_mask(spec: SpecBase, dec: Decisions, *, causal: bool, inputs: AttentionInputs) -> Tensor | None:
-    """(B, H, T, T) bool element mask of ``spec`` over ``dec`` (None: everything kept)."""
+def dense_mask(
+    spec: SpecBase, dec: Decisions, *, causal: bool, inputs: AttentionInputs, rows: tuple[int, int] | None = None
+) -> Tensor | None:
+    """(B, H, R, T) bool element mask of ``spec`` over ``dec`` for query rows ``rows``
+    (default all: R = T); None when everything is kept."""
     B, H, T = inputs.batch, inputs.heads, inputs.seqlen
+    r0, r1 = rows or (0, T)
     dev = inputs.device
     b = torch.arange(B, device=dev).view(B, 1, 1, 1)
     h = torch.arange(H, device=dev).view(1, H, 1, 1)
-    i = torch.arange(T, device=dev).view(1, 1, T, 1)
+    i = torch.arange(r0, r1, device=dev).view(1, 1, r1 - r0, 1)
     j = torch.arange(T, device=dev).view(1, 1, 1, T)
     mod = spec.mask_mod(dec)
-    mask = None if mod is None else mod(b, h, i, j).expand(B, H, T, T)
+    mask = None if mod is None else mod(b, h, i, j).expand(B, H, r1 - r0, T)
     if causal:
-        c = (j <= i).expand(B, H, T, T)
+        c = (j <= i).expand(B, H, r1 - r0, T)
         mask = c if mask is None else mask & c
     return mask
 

@@ -23,13 +23,14 @@ def positive_int(text: str) -> int:
 def add_input_arguments(parser: argparse.ArgumentParser, *, seqlen: int, heads: int, head_dim: int) -> None:
     """Add --batch, --heads, --seqlen, --head-dim, --dtype, --device, --seed with these defaults."""
     group = parser.add_argument_group("inputs (random q, k, v)")
-    group.add_argument("--batch", type=positive_int, default=1, metavar="B", help="batch size (default: %(default)s)")
-    group.add_argument("--heads", type=positive_int, default=heads, metavar="H", help="query heads (default: %(default)s)")
-    group.add_argument("--seqlen", type=positive_int, default=seqlen, metavar="T", help="sequence length (default: %(default)s)")
-    group.add_argument(
-        "--head-dim", type=positive_int, default=head_dim, metavar="D", help="head dim, a multiple of 8 (default: %(default)s)"
-    )
-    group.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="(default: %(default)s)")
+    for flag, default, metavar, what in (
+        ("--batch", 1, "B", "batch size"),
+        ("--heads", heads, "H", "query heads"),
+        ("--seqlen", seqlen, "T", "sequence length"),
+        ("--head-dim", head_dim, "D", "head dim, a multiple of 8"),
+    ):
+        group.add_argument(flag, type=positive_int, default=default, metavar=metavar, help=f"{what} (default: %(default)s)")
+    group.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="input dtype (default: %(default)s)")
     group.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
     group.add_argument("--seed", type=int, default=0, help="seeds the inputs and the criteria (default: %(default)s)")
 
@@ -38,10 +39,11 @@ def random_inputs(args: argparse.Namespace, *, requires_grad: bool) -> tuple[Ten
     """Standard normal q, k, v of shape (batch, heads, seqlen, head_dim), seeded by ``args.seed``."""
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     shape = (args.batch, args.heads, args.seqlen, args.head_dim)
-    return tuple(
+    q, k, v = (
         torch.randn(shape, generator=gen, device=args.device).to(DTYPES[args.dtype]).requires_grad_(requires_grad)
         for _ in range(3)
-    )  # type: ignore[return-value]
+    )
+    return q, k, v
 
 
 def criteria_generator(args: argparse.Namespace) -> torch.Generator:

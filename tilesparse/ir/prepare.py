@@ -21,6 +21,7 @@ tiles are exactly the non-empty ones when each block holds one segment per bucke
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -184,7 +185,7 @@ def prepare_group(
     return PreparedGroup(
         group=group,
         heads=tuple(hs),
-        head_map=torch.tensor(hs, dtype=torch.int32, device=device),
+        head_map=_head_map(tuple(hs), device),
         seqlen=T,
         block_q=program.block_q,
         block_k=program.block_k,
@@ -201,6 +202,12 @@ def prepare_group(
         q_support=sup_q,
         k_support=sup_k,
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _head_map(heads: tuple[int, ...], device: torch.device) -> Tensor:
+    """The group's query heads as an int32 device tensor (cached: one upload per group)."""
+    return torch.tensor(heads, dtype=torch.int32, device=device)
 
 
 def _big(T: int, buckets: int) -> int:

@@ -1,0 +1,181 @@
+"""Compile the kernels for the H200 (sm_90) without a GPU, and read what ptxas made of them.
+
+The interpreter accepts programs the GPU compiler rejects (dots under 16, non-power-of-two
+aranges) and says nothing of shared memory or registers. :func:`compile_variant` builds a
+cubin with the ptxas bundled in Triton; :func:`report` reads its shared memory, registers,
+stack frame, and the local-memory loads and stores (spills) *inside loops* of the SASS, the
+ones that cost time on every tile. :func:`variants` lists every launch the backend can make.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from . import kernels
+from .op import TileConfig, _block_d, _precision, tile_config
+
+__all__ = ["SHARED_LIMIT", "Report", "Variant", "compile_variant", "report", "variants"]
+
+SHARED_LIMIT = 232_448  # bytes of shared memory a block may use on sm_90
+
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+_TENSORS = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One kernel launch shape: which kernel, dtype, head dim, flags and tile config."""
+
+    kernel: str  # "fwd" | "dq" | "dkdv" | "delta"
+    dtype: torch.dtype
+    head_dim: int
+    flags: tuple[tuple[str, bool], ...]
+    cfg: TileConfig
+    gqa: bool = False
+
+    def constexprs(self) -> dict:
+        c = dict(HEAD_DIM=self.head_dim, BLOCK_D=_block_d(self.head_dim))
+        if self.kernel == "delta":
+            return {**c, "BLOCK_M": self.cfg.block_q}
+        group = 2 if self.gqa else 1
+        c.update(K_GROUP=group, V_GROUP=group, MAX_SEG=16, PRECISION=_precision(self.dtype), **dict(self.flags))
+        if self.kernel == "fwd":
+            c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.fwd_n)
+        elif self.kernel == "dq":
+            c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.dq_n)
+        else:
+            c.update(BLOCK_M=self.cfg.dkdv_m, BLOCK_N=self.cfg.block_k, DKV_PER_QUERY_HEAD=self.gqa)
+        return c
+
+    def launch(self) -> tuple[int, int]:
+        if self.kernel == "fwd":
+            return self.cfg.fwd_warps, self.cfg.fwd_stages
+        if self.kernel == "delta":
+            return 4, 1
+        return self.cfg.bwd_warps, self.cfg.bwd_stages
+
+    def __str__(self) -> str:
+        on = ",".join(k for k, v in self.flags if v) or "-"
+        return f"{self.kernel} {_DTYPES[self.dtype]} D={self.head_dim} {on}{' gqa' if self.gqa else ''} {self.cfg}"
+
+
+@dataclass(frozen=True)
+class Report:
+    """What ptxas made of one variant."""
+
+    shared: int
+    registers: int
+    stack: int
+    loop_spills: int  # LDL/STL instructions inside a loop of the SASS
+
+    @property
+    def ok(self) -> bool:
+        return self.shared <= SHARED_LIMIT and self.loop_spills == 0
+
+
+_JIT = {"fwd": "_attn_fwd", "dq": "_attn_bwd_dq", "dkdv": "_attn_bwd_dkdv", "delta": "_attn_bwd_delta"}
+
+
+def _signature(fn, dtype: str, constexprs: dict) -> dict[str, str]:
+    sig = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in _TENSORS:
+            sig[name] = f"*{dtype}"
+        elif name in ("LSE", "DELTA"):
+            sig[name] = "*fp32"
+        elif name.isupper():
+            sig[name] = "*i32"
+        elif name in ("qk_scale", "sm_scale"):
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    return sig
+
+
+def compile_variant(v: Variant):
+    """Compile ``v`` for sm_90 with Triton's own toolchain; returns Triton's compiled kernel."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
+    fn = getattr(kernels, _JIT[v.kernel])
+    fn = getattr(fn, "fn", fn) if not hasattr(fn, "arg_names") else fn
+    const = v.constexprs()
+    warps, stages = v.launch()
+    src = ASTSource(fn, _signature(fn, _DTYPES[v.dtype], const), const)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
+
+
+def _cuobjdump() -> str:
+    import triton
+
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
+
+
+def report(compiled) -> Report:
+    """Shared memory, registers, stack and in-loop spills of a compiled kernel."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([_cuobjdump(), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([_cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    regs = int(re.search(r"REG:(\d+)", usage).group(1))
+    stack = int(re.search(r"STACK:(\d+)", usage).group(1))
+    return Report(shared=compiled.metadata.shared, registers=regs, stack=stack, loop_spills=_loop_spills(sass))
+
+
+def _loop_spills(sass: str) -> int:
+    """LDL/STL instructions between a backward branch's target and the branch itself."""
+    insts = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]+)\*/\s+(.*?);", line)
+        if m:
+            insts.append((int(m.group(1), 16), m.group(2)))
+    loops = []
+    for addr, text in insts:
+        b = re.search(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)", text)
+        if b and int(b.group(1), 16) < addr:
+            loops.append((int(b.group(1), 16), addr))
+    return sum(
+        1
+        for addr, text in insts
+        if re.search(r"\b(LDL|STL)\b", text) and any(lo <= addr <= hi for lo, hi in loops)
+    )
+
+
+def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16, torch.float32)) -> list[Variant]:
+    """Every kernel variant the backend launches on a GPU for these head dims and dtypes:
+    each kernel for each flag combination the IR can produce (bf16, D=64), and each kernel
+    for every (dtype, head dim) with the hash-causal flags."""
+    cuda = torch.device("cuda")
+    combos = [
+        dict(CAUSAL=c, STRICT=s, SAME_BUCKET=b, NOT_SELF=n)
+        for c in (True, False)
+        for s in (True, False)
+        for b in (True, False)
+        for n in (True, False)
+        if not (s and not c) and not (n and c)  # strict only with causal; NotSelf folds into it
+    ]
+    out = []
+    for flags in combos:
+        for kernel in ("fwd", "dq", "dkdv"):
+            cfg = tile_config(64, torch.bfloat16, cuda)
+            out.append(Variant(kernel, torch.bfloat16, 64, tuple(flags.items()), cfg))
+    hash_causal = tuple(dict(CAUSAL=True, STRICT=False, SAME_BUCKET=True, NOT_SELF=False).items())
+    for dtype in dtypes:
+        for d in head_dims:
+            cfg = tile_config(d, dtype, cuda)
+            for kernel in ("fwd", "dq", "dkdv", "delta"):
+                out.append(Variant(kernel, dtype, d, hash_causal, cfg))
+            out.append(Variant("dkdv", dtype, d, hash_causal, cfg, gqa=True))
+    return list(dict.fromkeys(out))

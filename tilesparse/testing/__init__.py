@@ -1,0 +1,12 @@
+"""Property testing for tilesparse patterns: hypothesis strategies and an equivalence check.
+
+``specs``, ``decisions`` and ``attention_inputs`` draw patterns, decisions for a pattern and
+inputs; ``assert_equivalent`` checks a compiled op's output and gradients against its
+reference. Needs ``hypothesis`` (the ``test`` extra); importing ``tilesparse`` does not import
+this module.
+"""
+
+from .equivalence import assert_equivalent, tolerance
+from .strategies import PART_KINDS, SPEC_KINDS, attention_inputs, decisions, specs
+
+__all__ = ["PART_KINDS", "SPEC_KINDS", "assert_equivalent", "attention_inputs", "decisions", "specs", "tolerance"]

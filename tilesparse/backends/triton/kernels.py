@@ -45,9 +45,16 @@ def _tile_keep(q_pos, k_pos, q_bkt, k_bkt, CAUSAL: tl.constexpr, STRICT: tl.cons
 
 
 @triton.jit
-def _tiles(rng, s, BLOCK: tl.constexpr, prev_hi):
+def _tiles(rng, s, BLOCK: tl.constexpr):
     """Segment s's row range (lo, full_lo, full_hi, hi) as tiles BLOCK wide: visit [lo, hi),
-    unmasked [f0, f1); tiles an earlier segment visited (below prev_hi) are skipped."""
+    unmasked [f0, f1); a tile the previous segment visited is skipped.
+
+    Segments' row ranges increase (buckets are sorted), so the previous segment ends at its
+    own hi. It is read back from memory rather than carried through the segment loop: Triton
+    3.6's RemoveLayoutConversions pass replaces a scalar loop-carried value of that loop with
+    its initial value (the interpreter does not), which would visit shared tiles twice.
+    """
+    prev_hi = tl.cdiv(tl.load(rng + s * 4 - 1, mask=s > 0, other=0), BLOCK)
     lo_r = tl.load(rng + s * 4)
     flo_r = tl.load(rng + s * 4 + 1)
     fhi_r = tl.load(rng + s * 4 + 2)
@@ -146,9 +153,8 @@ def _attn_fwd(Q, K, V, O, LSE,
     k_order = K_ORDER + row_base
     k_posp = K_POS + row_base
     k_bktp = K_BKT + row_base
-    prev_hi = 0
     for s in range(nseg):
-        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N, prev_hi)
+        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N)
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                         k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen, offs_d, d_ok,
                                         BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
@@ -158,7 +164,6 @@ def _attn_fwd(Q, K, V, O, LSE,
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                         k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen, offs_d, d_ok,
                                         BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
-        prev_hi = hi
 
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
@@ -283,9 +288,8 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
     q_bktp = Q_BKT + row_base
     lsep = LSE + row_base
     deltap = DELTA + row_base
-    prev_hi = 0
     for s in range(nseg):
-        lo, f0, f1, hi = _tiles(rng, s, BLOCK_M, prev_hi)
+        lo, f0, f1, hi = _tiles(rng, s, BLOCK_M)
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                       q_order, q_posp, q_bktp, lsep, deltap, lo, f0, qk_scale, seqlen,
                                       offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
@@ -298,7 +302,6 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                                       q_order, q_posp, q_bktp, lsep, deltap, f1, hi, qk_scale, seqlen,
                                       offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
                                       PRECISION)
-        prev_hi = hi
 
     # dK, dV go to original rows: of this query head's buffer, or straight into the kv head
     if DKV_PER_QUERY_HEAD:
@@ -390,9 +393,8 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA,
     k_order = K_ORDER + row_base
     k_posp = K_POS + row_base
     k_bktp = K_BKT + row_base
-    prev_hi = 0
     for s in range(nseg):
-        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N, prev_hi)
+        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N)
         dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                 k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen, offs_d, d_ok,
                                 BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
@@ -402,7 +404,6 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA,
         dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                 k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen, offs_d, d_ok,
                                 BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
-        prev_hi = hi
 
     dq_base = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
     tl.store(dq_base + q_rows[:, None] * stride_dqt + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),

@@ -74,10 +74,12 @@ class Report:
     registers: int
     stack: int
     loop_spills: int  # LDL/STL instructions inside a loop of the SASS
+    skips_shared_tiles: bool  # the segment loop still reads the previous segment's end
+    async_gathers: int  # gathered K/V/Q/dO tile loads the pipeliner turned into cp.async
 
     @property
     def ok(self) -> bool:
-        return self.shared <= SHARED_LIMIT and self.loop_spills == 0
+        return self.shared <= SHARED_LIMIT and self.loop_spills == 0 and self.skips_shared_tiles
 
 
 _JIT = {"fwd": "_attn_fwd", "dq": "_attn_bwd_dq", "dkdv": "_attn_bwd_dkdv", "delta": "_attn_bwd_delta"}
@@ -112,7 +114,16 @@ def compile_variant(v: Variant):
     fn = getattr(fn, "fn", fn) if not hasattr(fn, "arg_names") else fn
     const = v.constexprs()
     warps, stages = v.launch()
-    src = ASTSource(fn, _signature(fn, _DTYPES[v.dtype], const), const)
+    sig = _signature(fn, _DTYPES[v.dtype], const)
+    # what a launch specializes on: 16-byte aligned tensors, strides that are multiples of 16
+    # elements when D is; per-step sizes are do_not_specialize
+    aligned_strides = v.head_dim % 16 == 0
+    attrs = {
+        (i,): [["tt.divisibility", 16]]
+        for i, name in enumerate(fn.arg_names)
+        if sig[name].startswith("*") or (aligned_strides and name.startswith("stride_"))
+    }
+    src = ASTSource(fn, sig, const, attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
 
 
@@ -131,7 +142,23 @@ def report(compiled) -> Report:
         sass = subprocess.run([_cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True).stdout
     regs = int(re.search(r"REG:(\d+)", usage).group(1))
     stack = int(re.search(r"STACK:(\d+)", usage).group(1))
-    return Report(shared=compiled.metadata.shared, registers=regs, stack=stack, loop_spills=_loop_spills(sass))
+    ttgir = compiled.asm["ttgir"]
+    # the dedup must survive every pass (see kernels._tiles): lo = max(lo, previous segment's hi)
+    dedup = re.search(r"arith\.maxsi %lo\w*, %prev_hi", ttgir) is not None or "_tiles" not in _source(compiled)
+    gathers = len(re.findall(r"%(?:kT|v|vT|k|qT|q|do)(?:_\d+)? = ttg\.async_copy_global_to_local", ttgir))
+    return Report(
+        shared=compiled.metadata.shared,
+        registers=regs,
+        stack=stack,
+        loop_spills=_loop_spills(sass),
+        skips_shared_tiles=dedup,
+        async_gathers=gathers,
+    )
+
+
+def _source(compiled) -> str:
+    """The kernel's name, to tell the segment-looping kernels from the delta kernel."""
+    return "" if compiled.metadata.name == "_attn_bwd_delta" else "_tiles"
 
 
 def _loop_spills(sass: str) -> int:
@@ -179,3 +206,22 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
                 out.append(Variant(kernel, dtype, d, hash_causal, cfg))
             out.append(Variant("dkdv", dtype, d, hash_causal, cfg, gqa=True))
     return list(dict.fromkeys(out))
+
+
+def main() -> None:
+    """Compile every variant and print one JSON line per variant (run without the interpreter:
+    ``TRITON_INTERPRET=0 python -m tilesparse.backends.triton.sm90``)."""
+    import json
+
+    from .op import interpreting
+
+    if interpreting():
+        raise SystemExit("unset TRITON_INTERPRET: the interpreter cannot compile kernels for the GPU")
+    for v in variants():
+        r = report(compile_variant(v))
+        row = dict(variant=str(v), kernel=v.kernel, dtype=str(v.dtype), head_dim=v.head_dim, gqa=v.gqa)
+        print(json.dumps({**row, **r.__dict__}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

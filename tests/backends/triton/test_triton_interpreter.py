@@ -1,0 +1,120 @@
+"""The Triton kernels on the CPU, under TRITON_INTERPRET=1, against the masked dense reference.
+
+Outputs and all three gradients, for every layout (identity, compact, sort, compact-sort) x
+predicate set (causal >=, causal > via attend_self=False, non-causal, non-causal not-self) x
+dtype (fp32, fp16, bf16: the backend patches the interpreter's bf16 dot), then hypothesis over
+random specs, decisions (with their edge cases), shapes and GQA. Tiles are 32 wide on the CPU
+(TileConfig for device cpu), so T up to a few hundred crosses many blocks. What the interpreter
+cannot show (races, shared memory, spills) is covered by test_compile_sm90.py and tests/gpu.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tilesparse as ts
+from tilesparse.backends.triton.op import TileConfig, launch_key, override_config, tile_config
+from tilesparse.testing import assert_equivalent, attention_inputs, decisions, specs
+
+LAYOUTS = {
+    "identity": ts.Dense(),
+    "compact": ts.QKDrop(keep=0.5),
+    "sort": ts.Hash(buckets=4),
+    "compact_sort": ts.Hybrid(parts=[ts.Hash(buckets=3), ts.QKDrop(keep=0.6)]),
+}
+PREDICATES = {"causal": (True, True), "strict": (True, False), "noncausal": (False, True), "not_self": (False, False)}
+
+
+def _without_self(spec):
+    """The spec with attend_self=False on its Hash part (only sorted layouts have one)."""
+    if isinstance(spec, ts.Hash):
+        return spec.model_copy(update={"attend_self": False})
+    parts = tuple(p.model_copy(update={"attend_self": False}) if isinstance(p, ts.Hash) else p for p in spec.parts)
+    return ts.Hybrid(parts=parts)
+
+
+# attend_self lives on Hash, so the not-self predicates exist for the sorted layouts only
+CASES = [(lay, pred) for lay in LAYOUTS for pred in PREDICATES if "sort" in lay or PREDICATES[pred][1]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(("layout", "pred"), CASES)
+def test_every_layout_predicate_dtype(layout, pred, dtype):
+    causal, attend_self = PREDICATES[pred]
+    spec = LAYOUTS[layout] if attend_self else _without_self(LAYOUTS[layout])
+    attn = ts.compile(spec, causal=causal, backend="triton")
+    g = torch.Generator().manual_seed(hash((layout, pred)) % 2**31)
+    q, k, v = (torch.randn((2, 2, 77, 24), generator=g).to(dtype) for _ in range(3))
+    assert attn.plan(q, k, v).assignments[0].group.layout.value == layout
+    assert_equivalent(attn, q, k, v, decisions=attn.decide(q, k, generator=g))
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_triton_matches_reference_on_random_patterns(data):
+    q, k, v = data.draw(attention_inputs(seqlen=st.integers(1, 160), head_dim=st.sampled_from((8, 16, 40, 64))))
+    spec = data.draw(specs(heads=q.shape[1], max_k=8))
+    dec = data.draw(decisions(spec, tuple(q.shape)))
+    attn = ts.compile(spec, causal=data.draw(st.booleans()), backend="triton")
+    assert_equivalent(attn, q, k, v, decisions=dec)
+
+
+@pytest.mark.parametrize("blocks", [(32, 32, 16, 16, 16), (64, 32, 32, 16, 32), (16, 64, 16, 32, 16)])
+def test_tile_widths_differ_from_blocks(blocks):
+    """Ranges are in rows: any tile width on the other side visits the right tiles."""
+    q, k, v = (torch.randn((1, 2, 150, 16), generator=torch.Generator().manual_seed(3)) for _ in range(3))
+    fields = dict(zip(("block_q", "block_k", "fwd_n", "dq_n", "dkdv_m"), blocks, strict=True))
+    with override_config(**fields):
+        for spec in (ts.Hash(buckets=5), ts.Hybrid(parts=[ts.Hash(buckets=2), ts.QKDrop(keep=0.5)])):
+            attn = ts.compile(spec, backend="triton")
+            assert_equivalent(attn, q, k, v)
+
+
+def test_noncontiguous_inputs():
+    base = torch.randn((2, 100, 4, 32))  # (B, T, H, D): the layout many models keep
+    q = base.transpose(1, 2)
+    k = torch.randn((2, 100, 2, 32)).transpose(1, 2)
+    v = torch.randn((2, 100, 2, 32)).transpose(1, 2)
+    assert not q.is_contiguous()
+    attn = ts.compile(ts.Hybrid(parts=[ts.Hash(buckets=4), ts.QKDrop(keep=0.8)]), backend="triton")
+    assert_equivalent(attn, q, k, v)
+
+
+def test_dropped_queries_and_empty_rows_are_zero_with_zero_grads():
+    T = 70
+    q, k, v = (torch.randn((1, 2, T, 16), requires_grad=True) for _ in range(3))
+    keep_q = torch.ones((1, 2, T), dtype=torch.bool)
+    keep_q[0, 0] = False  # every query of head 0 dropped
+    keep_k = torch.ones((1, 2, T), dtype=torch.bool)
+    keep_k[0, 1, :40] = False  # head 1: queries before position 40 have no key
+    attn = ts.compile(ts.QKDrop(keep=0.5), backend="triton")
+    out = attn(q, k, v, decisions=ts.Decisions(q_keep=keep_q, k_keep=keep_k))
+    out.sum().backward()
+    assert torch.equal(out[0, 0], torch.zeros_like(out[0, 0]))
+    assert torch.equal(out[0, 1, :40], torch.zeros_like(out[0, 1, :40]))
+    assert torch.equal(q.grad[0, 0], torch.zeros_like(q.grad[0, 0]))
+    assert torch.equal(q.grad[0, 1, :40], torch.zeros_like(q.grad[0, 1, :40]))
+    assert torch.equal(k.grad[0, 1, :40], torch.zeros_like(k.grad[0, 1, :40]))
+    assert not out.isnan().any() and not q.grad.isnan().any()
+
+
+def test_launch_key_is_flat_over_fresh_decisions():
+    """Decisions and compacted lengths are data, never compile-time constants: the key a
+    launch specializes on stays the same over 50 steps of fresh decisions."""
+    q, k, v = (torch.randn((2, 3, 200, 32)) for _ in range(3))
+    attn = ts.compile(ts.Hybrid(parts=[ts.Hash(buckets=8), ts.QKDrop(keep=0.5)]), backend="triton")
+    cfg = tile_config(32, q.dtype, q.device)
+    keys = set()
+    for step in range(50):
+        prep = attn.prepare(q, k, v, generator=torch.Generator().manual_seed(step))
+        keys.add(launch_key(prep.groups[0], q, cfg, 1, 1))
+    assert len(keys) == 1, keys
+
+
+def test_config_override_rejects_unknown_fields():
+    with pytest.raises(ValueError, match="unknown TileConfig fields"), override_config(block_x=3):
+        pass
+    assert isinstance(tile_config(64, torch.float16, torch.device("cpu")), TileConfig)

@@ -22,7 +22,7 @@ import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tilesparse as ts
-from tilesparse.backends.triton.op import override_config, tile_config
+from tilesparse.backends.triton.op import override_config, sparse_attention, tile_config
 from tilesparse.ir import tile_stats
 
 B, H = 2, 12
@@ -74,6 +74,11 @@ def ours(spec, T, D, backend="triton"):
     row["fwd_bwd_with_decide"] = bench(fwd_bwd(lambda: attn(q, k, v), q, k, v, go))
     cfg = tile_config(D, torch.bfloat16, DEV)
     prep = attn.prepare(q, k, v, decisions=dec)
+    if backend == "triton" and len(prep.groups) == 1:
+        g = prep.groups[0]
+        kern = lambda: sparse_attention(q, k, v, g, D**-0.5, cfg)  # noqa: E731
+        row["kernel_fwd"] = bench(kern)
+        row["kernel_fwd_bwd"] = bench(fwd_bwd(kern, q, k, v, go))
     st = [tile_stats(g, block_n=cfg.fwd_n, exact=False) for g in prep.groups]
     row["visited_fraction"] = sum(s["visited"] for s in st) / max(1, sum(s["dense_tiles"] for s in st))
     row["unmasked_fraction"] = sum(s["unmasked"] for s in st) / max(1, sum(s["visited"] for s in st))
@@ -91,15 +96,15 @@ def ours(spec, T, D, backend="triton"):
 
 
 SWEEP = [
-    dict(block_q=128, fwd_n=64, fwd_warps=8, fwd_stages=3),
-    dict(block_q=128, fwd_n=64, fwd_warps=4, fwd_stages=3),
-    dict(block_q=128, fwd_n=128, fwd_warps=8, fwd_stages=3),
-    dict(block_q=64, fwd_n=64, fwd_warps=4, fwd_stages=3),
-    dict(block_q=128, fwd_n=64, fwd_warps=8, fwd_stages=4),
-    dict(block_k=128, dkdv_m=64, bwd_warps=8, bwd_stages=2),
-    dict(block_k=64, dkdv_m=32, bwd_warps=4, bwd_stages=3),
-    dict(dq_n=64, bwd_warps=8, bwd_stages=2),
-    dict(bwd_warps=8, bwd_stages=2),
+    dict(fwd_warps=4),
+    dict(fwd_n=32),
+    dict(block_q=64, fwd_n=64, fwd_warps=4),
+    dict(fwd_stages=2),
+    dict(block_k=64, dkdv_m=64),
+    dict(dkdv_m=64),
+    dict(bwd_warps=4),
+    dict(dq_n=64),
+    dict(bwd_stages=2),
 ]
 
 
@@ -142,15 +147,17 @@ def main() -> int:
                 print(f"[{time.time() - t0:.0f}s] sweep {over}: {row.get('fwd')}, {row.get('fwd_bwd')}", file=sys.stderr, flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "probe.json").write_text(json.dumps(res, indent=1, default=str))
-    print(f"\n{'spec':48s} {'D':>4s} {'fwd':>7s} {'fwdbwd':>7s} {'+decide':>7s} {'prep':>6s} {'visit%':>6s} {'err':>8s} {'MiB':>7s}")
+    print(f"\n{'spec':40s} {'D':>4s} {'fwd':>7s} {'fwdbwd':>7s} {'+decide':>7s} {'prep':>6s} {'k.fwd':>6s} {'k.f+b':>6s} {'visit%':>6s} {'err':>8s} {'MiB':>7s}")
     for D, s in res["sdpa"].items():
         for name, r in s.items():
             print(f"{'sdpa ' + name:48s} {D:>4} {r.get('fwd', float('nan')):7.3f} {r.get('fwd_bwd', float('nan')):7.3f}")
     for r in res["rows"]:
-        print(f"{r['spec'][:48]:48s} {r['D']:>4} {r['fwd']:7.3f} {r['fwd_bwd']:7.3f} {r['fwd_bwd_with_decide']:7.3f} "
-              f"{r['prepare']:6.3f} {100 * r['visited_fraction']:6.1f} {r['max_err_vs_ref']:8.1e} {r['peak_mib']:7.0f}")  # fmt: skip
+        print(f"{r['spec'][:40]:40s} {r['D']:>4} {r['fwd']:7.3f} {r['fwd_bwd']:7.3f} {r['fwd_bwd_with_decide']:7.3f} "
+              f"{r['prepare']:6.3f} {r.get('kernel_fwd', float('nan')):6.3f} {r.get('kernel_fwd_bwd', float('nan')):6.3f} "
+              f"{100 * r['visited_fraction']:6.1f} {r['max_err_vs_ref']:8.1e} {r['peak_mib']:7.0f}")  # fmt: skip
     for r in res["sweep"]:
-        print(f"sweep {r['override']}: fwd {r.get('fwd', float('nan')):.3f} fwd+bwd {r.get('fwd_bwd', float('nan')):.3f}")
+        print(f"sweep {r['override']}: fwd {r.get('fwd', float('nan')):.3f} fwd+bwd {r.get('fwd_bwd', float('nan')):.3f} "
+              f"kernel fwd {r.get('kernel_fwd', float('nan')):.3f} kernel fwd+bwd {r.get('kernel_fwd_bwd', float('nan')):.3f}")
     print(f"total {time.time() - t0:.0f}s")
     return 0
 

@@ -59,7 +59,12 @@ class CompiledAttention:
         """The decisions the spec's criteria make for q (B, H, T, D) and k (B, Hkv, T, D)."""
         inputs = check_inputs(q, k, k, scale=self.scale)
         self._check_spec_fits(inputs)
-        return self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator)
+        return self._decide(inputs, generator)
+
+    def _decide(self, inputs: AttentionInputs, generator) -> Decisions:
+        # decisions are not differentiable: no autograd graph over the hashing or the top-k
+        with torch.no_grad():
+            return self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator).trusted()
 
     def _check_spec_fits(self, inputs: AttentionInputs) -> None:
         self.spec.dense_heads_mask(inputs.heads)  # raises on out-of-range heads
@@ -69,7 +74,7 @@ class CompiledAttention:
 
     def _decisions(self, inputs: AttentionInputs, decisions: Decisions | None, generator) -> Decisions:
         if decisions is None:
-            return self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator)
+            return self._decide(inputs, generator)
         check_decisions(
             decisions,
             needed=self.spec.decision_fields,
@@ -80,7 +85,7 @@ class CompiledAttention:
             device=inputs.device,
             buckets=_buckets(self.spec),
             support_k=_support_k(self.spec),
-            values=self.validate,
+            values=self.validate and not decisions.is_trusted,
         )
         return decisions
 
@@ -119,10 +124,7 @@ class CompiledAttention:
         outs = []
         for a in plan.assignments:
             if a.backend.needs_prepare:
-                g = prepare_group(
-                    plan.program, a.group, a.heads, dec,
-                    batch=inputs.batch, heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,
-                )  # fmt: skip
+                g = a.backend.prepare(plan.program, a.group, a.heads, dec, inputs)
                 outs.append((a.heads, a.backend.attend(g, inputs)))
             else:
                 outs.append((a.heads, a.backend.attend_heads(a.group, a.heads, inputs)))
@@ -138,15 +140,15 @@ class CompiledAttention:
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
         dec = self._decisions(inputs, decisions, generator)
-        program = self._plan(inputs).program
-        from .ir import resolve_heads
-
+        plan = self._plan(inputs)
         groups = tuple(
-            prepare_group(program, g, hs, dec, batch=inputs.batch, heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device)
-            for g, hs in zip(program.groups, resolve_heads(program, inputs.heads), strict=True)
-            if hs
-        )
-        return _Prepared(program, groups, inputs.batch, inputs.heads, inputs.seqlen)
+            a.backend.prepare(plan.program, a.group, a.heads, dec, inputs)
+            if a.backend.needs_prepare
+            else prepare_group(plan.program, a.group, a.heads, dec, batch=inputs.batch, heads=inputs.heads,
+                               seqlen=inputs.seqlen, device=inputs.device)
+            for a in plan.assignments
+        )  # fmt: skip
+        return _Prepared(plan.program, groups, inputs.batch, inputs.heads, inputs.seqlen)
 
     # -- the semantics ------------------------------------------------------------------------
 

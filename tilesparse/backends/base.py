@@ -12,7 +12,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from ..ir import AttentionInputs, HeadGroup, PreparedGroup
+from ..ir import AttentionInputs, HeadGroup, PreparedGroup, Program, prepare_group
 
 __all__ = ["REGISTRY", "Backend", "register", "select_heads"]
 
@@ -59,6 +59,14 @@ class Backend(ABC):
     def blocks(self, inputs: AttentionInputs) -> tuple[int, int]:
         """(block_q, block_k) the backend wants index tensors built for."""
         return 64, 64
+
+    def prepare(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs) -> PreparedGroup:
+        """The layout and ranges stages for ``group``: the IR's torch implementation unless a
+        backend fuses them into kernels of its own."""
+        return prepare_group(
+            program, group, heads, decisions,
+            batch=inputs.batch, heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,
+        )  # fmt: skip
 
     @property
     def needs_prepare(self) -> bool:

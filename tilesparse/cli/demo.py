@@ -22,6 +22,7 @@ from torch import Tensor
 from .. import Dense, Hash, Hybrid, NoBackendError, PerHead, QKDrop, TopKFeatures, compile
 from ..ir import to_string, verify
 from ..patterns import SpecBase
+from ..planner import AUTO_ORDER
 from .inputs import add_input_arguments, criteria_generator, random_inputs
 from .report import TILE_LEGEND, make_console, tile_stats_of, visited_fraction
 
@@ -56,15 +57,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 @dataclass
 class Outcome:
-    """One pattern's run: errors against the reference, tiles visited, what failed."""
+    """One pattern's run: errors against the reference, tiles visited, what failed; ``refused``
+    when the backend could not run the pattern at all (``failures`` then says why)."""
 
     label: str
     backend: str
-    out_error: float
-    grad_error: float
-    visited: float
-    ideal: float
+    out_error: float = math.nan
+    grad_error: float = math.nan
+    visited: float = math.nan
+    ideal: float = math.nan
     failures: list[str] = field(default_factory=list)
+    refused: bool = False
+
+    @property
+    def status(self) -> str:
+        return "refused" if self.refused else "FAILED" if self.failures else "ok"
 
 
 def check_pattern(
@@ -122,14 +129,14 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     start = time.perf_counter()
     q, k, v = random_inputs(args, requires_grad=True)
-    auto = compile(Dense(), causal=args.causal).plan(q, k, v).assignments[0].backend.NAME
     console.rule("tilesparse demo")
     console.print(
         f"q, k, v: {tuple(q.shape)} {str(q.dtype).removeprefix('torch.')} on {q.device}, "
         f"{'causal' if args.causal else 'non-causal'}\n"
         f"Each pattern runs on backend {args.backend!r} and is checked, output and gradients, against "
         "attn.reference: masked dense attention, the definition of correct (the 'reference' backend "
-        f"runs the same math as an op). backend='auto' picks {auto!r} on this device.\n{TILE_LEGEND}"
+        f"runs the same math as an op). backend='auto' on {q.device.type} takes, per head group, the first of "
+        f"{AUTO_ORDER.get(q.device.type, ('reference',))} that supports it.\n{TILE_LEGEND}"
     )
     outcomes = []
     for label, spec in PATTERNS:
@@ -138,22 +145,20 @@ def run(args: argparse.Namespace) -> int:
             outcomes.append(check_pattern(label, spec, q, k, v, args, console))
         except NoBackendError as e:  # a forced backend that cannot run the pattern: say why, go on
             console.print(f"FAILED: {e}", style="bold red")
-            outcomes.append(Outcome(label, args.backend, math.nan, math.nan, math.nan, math.nan, ["refused"]))
+            outcomes.append(Outcome(label, args.backend, failures=[str(e)], refused=True))
 
     console.rule("summary")
     backends = ", ".join(sorted({o.backend for o in outcomes}))
     table = Table(title=f"every pattern on {backends} against attn.reference ({time.perf_counter() - start:.1f} s)")
-    for name in ("pattern", "out error", "grad error", "visited %", "ideal %", "check"):
-        table.add_column(name, justify="left" if name in ("pattern", "check") else "right", no_wrap=True)
+    for name in ("pattern", "out error", "grad error", "visited %", "ideal %", "result"):
+        table.add_column(name, justify="left" if name in ("pattern", "result") else "right", no_wrap=True)
     for o in outcomes:
-        refused = o.failures == ["refused"]
-        cells = ("-",) * 4 if refused else (
+        cells = ("-",) * 4 if o.refused else (
             f"{o.out_error:.1e}", f"{o.grad_error:.1e}", f"{100 * o.visited:.1f}", f"{100 * o.ideal:.1f}"
         )  # fmt: skip
-        check = "ok" if not o.failures else "refused" if refused else "FAILED"
-        table.add_row(o.label, *cells, check, style=None if not o.failures else "bold red")
+        table.add_row(o.label, *cells, o.status, style=None if o.status == "ok" else "bold red")
     console.print(table)
-    failed = [o.label for o in outcomes if o.failures]
+    failed = [o.label for o in outcomes if o.status != "ok"]
     if failed:
         console.print(f"FAILED: {', '.join(failed)}", style="bold red")
         return 1

@@ -29,7 +29,9 @@ def add_input_arguments(parser: argparse.ArgumentParser, *, seqlen: int, heads: 
         ("--seqlen", seqlen, "T", "sequence length"),
         ("--head-dim", head_dim, "D", "head dim, a multiple of 8"),
     ):
-        group.add_argument(flag, type=positive_int, default=default, metavar=metavar, help=f"{what} (default: %(default)s)")
+        group.add_argument(
+            flag, type=positive_int, default=default, metavar=metavar, help=f"{what} (default: %(default)s)"
+        )
     group.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="input dtype (default: %(default)s)")
     group.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
     group.add_argument("--seed", type=int, default=0, help="seeds the inputs and the criteria (default: %(default)s)")

@@ -34,6 +34,16 @@ class Decisions:
     q_support: Tensor | None = None
     k_support: Tensor | None = None
 
+    def trusted(self) -> Decisions:
+        """Mark these decisions as made by the spec's own criteria (already checked, so a call
+        skips the value checks that would read them back: a device sync)."""
+        object.__setattr__(self, "_trusted", True)
+        return self
+
+    @property
+    def is_trusted(self) -> bool:
+        return getattr(self, "_trusted", False)
+
     def present(self) -> frozenset[str]:
         """Names of the fields that hold a tensor."""
         return frozenset(f.name for f in fields(self) if getattr(self, f.name) is not None)

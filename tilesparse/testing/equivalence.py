@@ -23,13 +23,16 @@ from ..patterns import Decisions
 __all__ = ["assert_equivalent", "tolerance"]
 
 # a tensor's tolerance scale never drops below this fraction of the largest compared
-# reference tensor: where the reference gradient is ~0 by cancellation (T = 1: dq and dk come
-# from dO.v - dO.out), the op's rounding is relative to the cancelled terms, which are of the
-# size of out and dv, not of the result; the floor keeps the check scale-invariant
-SCALE_FLOOR = 1e-2
+# reference tensor. dq and dk come from dO.v - dO.out, which cancels (to ~0 at T = 1): their
+# rounding error is relative to those terms, of the size of out and dv, not to the result.
+# Measured on correct float16/bfloat16 ops (torch SDPA on CPU, 400 random cases): with a
+# floor of 0.01 the worst dq/dk error reached 1.25x the tolerance, with 0.25 under 0.5x
+SCALE_FLOOR = 0.25
 
 
-def tolerance(attn: Any, dtype: torch.dtype, q: Tensor | None = None, k: Tensor | None = None, v: Tensor | None = None) -> float:
+def tolerance(
+    attn: Any, dtype: torch.dtype, q: Tensor | None = None, k: Tensor | None = None, v: Tensor | None = None
+) -> float:
     """The atol (relative to the reference's magnitude) for ``dtype``: the loosest
     ``ERROR_ATOL`` among the backends ``attn`` plans for q, k, v (Backend's default otherwise)."""
     backends: list[Any] = [Backend]
@@ -83,7 +86,8 @@ def assert_equivalent(
     problems = _form("out", out, q)
     if grads and not problems:
         g = torch.Generator(q.device).manual_seed(seed + 1)
-        upstream = torch.randn(ref.shape, generator=g, device=q.device, dtype=torch.float64)
+        # exactly representable in the op's dtype: both sides see the same upstream gradient
+        upstream = torch.randn(ref.shape, generator=g, device=q.device).to(out.dtype).to(torch.float64)
         want.update(zip(("grad q", "grad k", "grad v"), torch.autograd.grad(ref, ref_leaves, upstream), strict=True))
         if out.grad_fn is None:
             problems.append("out has no grad_fn: the op is not differentiable, every gradient is missing")
@@ -122,17 +126,19 @@ def _form(name: str, got: Tensor, like: Tensor) -> list[str]:
     return out
 
 
-def _compare(name: str, got: Tensor | None, ref: Tensor, *, atol: float, rtol: float, floor: float) -> tuple[str, float]:
+def _compare(
+    name: str, got: Tensor | None, ref: Tensor, *, atol: float, rtol: float, floor: float
+) -> tuple[str, float]:
     """('' or a failure message, max abs error) for one tensor."""
     scale = max(float(ref.abs().max()) if ref.numel() else 0.0, floor)
     if got is None:
         if not bool(ref.any()):
             return "", 0.0
-        return (
+        missing = (
             f"{name}: missing (None, no path from the output) but the reference's is nonzero "
-            f"(max |ref| {float(ref.abs().max()):.4g})",
-            float("inf"),
+            f"(max |ref| {float(ref.abs().max()):.4g})"
         )
+        return missing, float("inf")
     if not bool(torch.isfinite(ref).all()):
         return f"{name}: the reference holds NaN/inf (non-finite inputs?); nothing to compare against", float("nan")
     g = got.detach().to(torch.float64)
@@ -145,11 +151,12 @@ def _compare(name: str, got: Tensor | None, ref: Tensor, *, atol: float, rtol: f
     max_err = float(err.max()) if err.numel() else 0.0
     if not bool(over.any()):
         return "", max_err
-    where = tuple(int(i) for i in torch.nonzero(err == err.max())[0])
-    return (
-        f"{name}: max |error| {max_err:.4g} at {where}: got {float(g[where]):.6g}, reference "
-        f"{float(ref[where]):.6g}; tolerance there {float(allowed[where]):.3g} "
+    excess = err - allowed
+    where = tuple(int(i) for i in torch.nonzero(excess == excess.max())[0])  # the worst violation
+    message = (
+        f"{name}: max |error| {max_err:.4g}; worst at {where}: got {float(g[where]):.6g}, reference "
+        f"{float(ref[where]):.6g}, tolerance there {float(allowed[where]):.3g} "
         f"(atol {atol:g} x scale {scale:.4g} + rtol {rtol:g} x |ref|); "
-        f"{int(over.sum())} of {over.numel()} elements over",
-        max_err,
+        f"{int(over.sum())} of {over.numel()} elements over"
     )
+    return message, max_err

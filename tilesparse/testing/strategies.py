@@ -56,6 +56,14 @@ SUPPORT_MODES = ("random", "shared", "disjoint", "first_k")
 
 _SEEDS = st.integers(0, 2**32 - 1)
 
+# the defaults of attention_inputs and decisions: small, so the executor and reference are fast
+DEFAULT_BATCH = st.integers(1, 2)
+DEFAULT_HEADS = st.integers(1, 4)
+DEFAULT_SEQLEN = st.integers(1, 256)
+DEFAULT_HEAD_DIM = st.sampled_from((8, 16, 32, 64))
+DEFAULT_DTYPE = st.sampled_from(SUPPORTED_DTYPES)
+DEFAULT_INDEX_DTYPE = st.sampled_from((torch.int32, torch.int64))
+
 
 def _strategy(name: str, value: Any, check: Callable[[Any], str | None]) -> SearchStrategy:
     """``value`` as a strategy: strategies pass through, values are checked and wrapped in just."""
@@ -154,7 +162,9 @@ def specs(
     base = st.one_of(*(by_kind[name] for name in kinds))
     if not allow_per_head:
         return base
-    per_head = st.builds(PerHead, dense_heads=st.lists(st.integers(0, heads - 1), unique=True, max_size=heads), rest=base)
+    per_head = st.builds(
+        PerHead, dense_heads=st.lists(st.integers(0, heads - 1), unique=True, max_size=heads), rest=base
+    )
     return st.one_of(base, per_head)
 
 
@@ -178,7 +188,7 @@ def _check_shape(shape: Any) -> tuple[int, int, int, int]:
 def _check_spec(spec: Any) -> SpecBase:
     try:
         return parse_spec(spec)
-    except Exception as e:
+    except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
         raise InvalidArgument(f"spec={spec!r} is not a tilesparse spec ({e}); pass e.g. ts.Hash(buckets=4)") from None
 
 
@@ -202,7 +212,7 @@ def decisions(
     shape: tuple[int, int, int, int] | SearchStrategy[tuple[int, int, int, int]],
     *,
     edge_cases: bool = True,
-    index_dtype: torch.dtype | SearchStrategy[torch.dtype] = st.sampled_from((torch.int32, torch.int64)),
+    index_dtype: torch.dtype | SearchStrategy[torch.dtype] = DEFAULT_INDEX_DTYPE,
     device: str | torch.device = "cpu",
 ) -> SearchStrategy[Decisions]:
     """Valid :class:`tilesparse.Decisions` for ``spec`` on inputs of ``shape`` (B, H, T, D).
@@ -233,33 +243,34 @@ def decisions(
         _check_fits(s, (B, H, T, D))
         idx = draw(dtypes)
         fields: dict[str, torch.Tensor] = {}
+        modes = (lambda all_modes: all_modes) if edge_cases else (lambda all_modes: all_modes[:1])
         for p in _parts(s):
             if isinstance(p, QKDrop):
                 for side in ("q", "k"):
-                    fields[f"{side}_keep"] = _per_head(draw, B, H, lambda m, g: _keep(m, T, g), KEEP_MODES, edge_cases)
+                    fields[f"{side}_keep"] = _per_head(draw, (B, H), modes(KEEP_MODES), _keep, T)
             elif isinstance(p, Hash):
-                pairs = _per_head(draw, B, H, lambda m, g: _buckets(m, T, p.buckets, g), BUCKET_MODES, edge_cases)
+                pairs = _per_head(draw, (B, H), modes(BUCKET_MODES), _buckets, T, p.buckets)
                 fields["q_bucket"], fields["k_bucket"] = pairs[0].to(idx), pairs[1].to(idx)
             elif isinstance(p, TopKFeatures):
-                pairs = _per_head(draw, B, H, lambda m, g: _supports(m, T, D, p.k, g), SUPPORT_MODES, edge_cases)
+                pairs = _per_head(draw, (B, H), modes(SUPPORT_MODES), _supports, T, D, p.k)
                 fields["q_support"], fields["k_support"] = pairs[0].to(idx), pairs[1].to(idx)
         return Decisions(**{n: t.to(device) for n, t in fields.items()})
 
     return draw_decisions()
 
 
-def _per_head(draw, B: int, H: int, make, modes: tuple[str, ...], edge_cases: bool):
-    """Stack ``make(mode, generator)`` over (b, h), each with a drawn mode and seed."""
+def _per_head(draw, batch_heads: tuple[int, int], modes: tuple[str, ...], make, *sizes: int):
+    """Stack ``make(mode, generator, *sizes)`` over (b, h), each (b, h) with a drawn mode and seed."""
     rows = []
-    for _ in range(B * H):
-        mode = draw(st.sampled_from(modes)) if edge_cases else modes[0]
-        rows.append(make(mode, torch.Generator().manual_seed(draw(_SEEDS))))
+    for _ in range(batch_heads[0] * batch_heads[1]):
+        mode = draw(st.sampled_from(modes))
+        rows.append(make(mode, torch.Generator().manual_seed(draw(_SEEDS)), *sizes))
     if isinstance(rows[0], tuple):
-        return tuple(torch.stack([r[i] for r in rows]).unflatten(0, (B, H)) for i in range(2))
-    return torch.stack(rows).unflatten(0, (B, H))
+        return tuple(torch.stack([r[i] for r in rows]).unflatten(0, batch_heads) for i in range(2))
+    return torch.stack(rows).unflatten(0, batch_heads)
 
 
-def _keep(mode: str, T: int, g: torch.Generator) -> torch.Tensor:
+def _keep(mode: str, g: torch.Generator, T: int) -> torch.Tensor:
     if mode == "random":
         p = float(torch.rand((), generator=g)) * 0.9 + 0.05
         return torch.rand(T, generator=g) < p
@@ -272,7 +283,7 @@ def _keep(mode: str, T: int, g: torch.Generator) -> torch.Tensor:
     raise AssertionError(mode)
 
 
-def _buckets(mode: str, T: int, n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _buckets(mode: str, g: torch.Generator, T: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     rand = lambda: torch.randint(0, n, (T,), generator=g)  # noqa: E731
     if mode == "random" or (n == 1 and mode in ("disjoint", "isolated_query")):
         return rand(), rand()
@@ -293,7 +304,7 @@ def _buckets(mode: str, T: int, n: int, g: torch.Generator) -> tuple[torch.Tenso
     raise AssertionError(mode)
 
 
-def _supports(mode: str, T: int, D: int, k: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _supports(mode: str, g: torch.Generator, T: int, D: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     rand = lambda: torch.rand((T, D), generator=g).argsort(dim=-1)[:, :k]  # noqa: E731
     if mode == "random":
         return rand(), rand()
@@ -319,13 +330,13 @@ def _divisors(n: int) -> list[int]:
 
 def attention_inputs(
     *,
-    batch: int | SearchStrategy[int] = st.integers(1, 2),
-    heads: int | SearchStrategy[int] = st.integers(1, 4),
+    batch: int | SearchStrategy[int] = DEFAULT_BATCH,
+    heads: int | SearchStrategy[int] = DEFAULT_HEADS,
     kv_heads: int | SearchStrategy[int] | None = None,
     gqa: bool = True,
-    seqlen: int | SearchStrategy[int] = st.integers(1, 256),
-    head_dim: int | SearchStrategy[int] = st.sampled_from((8, 16, 32, 64)),
-    dtype: torch.dtype | SearchStrategy[torch.dtype] = st.sampled_from(SUPPORTED_DTYPES),
+    seqlen: int | SearchStrategy[int] = DEFAULT_SEQLEN,
+    head_dim: int | SearchStrategy[int] = DEFAULT_HEAD_DIM,
+    dtype: torch.dtype | SearchStrategy[torch.dtype] = DEFAULT_DTYPE,
     requires_grad: bool = True,
     device: str | torch.device = "cpu",
 ) -> SearchStrategy[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import tilesparse as ts
 from tilesparse.backends.triton.op import TileConfig, launch_key, override_config, tile_config
+from tilesparse.ir import lower, prepare_group
 from tilesparse.testing import assert_equivalent, attention_inputs, decisions, specs
 
 LAYOUTS = {
@@ -103,14 +104,18 @@ def test_dropped_queries_and_empty_rows_are_zero_with_zero_grads():
 
 def test_launch_key_is_flat_over_fresh_decisions():
     """Decisions and compacted lengths are data, never compile-time constants: the key a
-    launch specializes on stays the same over 50 steps of fresh decisions."""
-    q, k, v = (torch.randn((2, 3, 200, 32)) for _ in range(3))
-    attn = ts.compile(ts.Hybrid(parts=[ts.Hash(buckets=8), ts.QKDrop(keep=0.5)]), backend="triton")
+    launch specializes on stays the same over 50 steps of fresh decisions (the GPU test
+    counts real compilations)."""
+    q = torch.randn((2, 3, 200, 32))
+    spec = ts.Hybrid(parts=[ts.Hash(buckets=8), ts.QKDrop(keep=0.5)])
+    attn = ts.compile(spec, backend="triton")
     cfg = tile_config(32, q.dtype, q.device)
+    program = lower(spec, causal=True, block_q=cfg.block_q, block_k=cfg.block_k)
     keys = set()
     for step in range(50):
-        prep = attn.prepare(q, k, v, generator=torch.Generator().manual_seed(step))
-        keys.add(launch_key(prep.groups[0], q, cfg, 1, 1))
+        dec = attn.decide(q, q, generator=torch.Generator().manual_seed(step))
+        g = prepare_group(program, program.groups[0], (0, 1, 2), dec, batch=2, heads=3, seqlen=200, device="cpu")
+        keys.add(launch_key(g, q, cfg, 1, 1))
     assert len(keys) == 1, keys
 
 

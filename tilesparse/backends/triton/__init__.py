@@ -14,7 +14,7 @@ import importlib.util
 import torch
 from torch import Tensor
 
-from ...ir import AttentionInputs, DotScore, HeadGroup, PreparedGroup
+from ...ir import AttentionInputs, DotScore, HeadGroup, PreparedGroup, Program
 from ..base import Backend, register
 from ..reference import feature_mask
 
@@ -29,6 +29,7 @@ class TritonBackend(Backend):
     NAME = "triton"
     SUPPORTED_DEVICES = ("cuda", "cpu")
     FUSES_GATHER_SCATTER = True
+    FUSES_INDEX_BUILDING = True
 
     def _reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
         if not _HAVE_TRITON:
@@ -48,6 +49,15 @@ class TritonBackend(Backend):
 
         cfg = tile_config(inputs.head_dim, inputs.dtype, inputs.device)
         return cfg.block_q, cfg.block_k
+
+    def prepare(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs) -> PreparedGroup:
+        """Layout and ranges in five launches (index.py) instead of the IR's torch ops."""
+        from .index import build_group
+
+        return build_group(
+            program, group, heads, decisions,
+            batch=inputs.batch, n_heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,
+        )  # fmt: skip
 
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
         from .interpreter import patch_bf16_dot

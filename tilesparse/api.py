@@ -64,7 +64,7 @@ class CompiledAttention:
     def _decide(self, inputs: AttentionInputs, generator) -> Decisions:
         # decisions are not differentiable: no autograd graph over the hashing or the top-k
         with torch.no_grad():
-            return self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator).trusted()
+            return self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator).trusted(self.spec)
 
     def _check_spec_fits(self, inputs: AttentionInputs) -> None:
         self.spec.dense_heads_mask(inputs.heads)  # raises on out-of-range heads
@@ -85,7 +85,7 @@ class CompiledAttention:
             device=inputs.device,
             buckets=_buckets(self.spec),
             support_k=_support_k(self.spec),
-            values=self.validate and not decisions.is_trusted,
+            values=self.validate and not decisions.trusted_for(self.spec),
         )
         return decisions
 

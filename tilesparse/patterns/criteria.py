@@ -143,18 +143,23 @@ def lsh(q: Tensor, k: Tensor, /, *, buckets: int, generator: torch.Generator | N
 
     With an odd bucket count the last negated direction, -xR[:, -1], is left out, so the
     argmax runs over exactly ``buckets`` directions (one bucket is then a little larger in
-    expectation). ``buckets=1`` puts every token in bucket 0.
+    expectation). ``buckets=1`` puts every token in bucket 0. The projection runs in the
+    inputs' dtype (one batched matmul); ties go to the earlier direction, as in an argmax over
+    the concatenation.
     """
     B, H, T, D = q.shape
     if buckets == 1:
         z = torch.zeros((B, H, T), dtype=torch.int32, device=q.device)
         return z, z.clone()
     half = math.ceil(buckets / 2)
-    rot = torch.randn((H, D, half), generator=generator, device=q.device, dtype=torch.float32)
+    negated = buckets - half  # directions -xR[:, :negated] take part
+    rot = torch.randn((H, D, half), generator=generator, device=q.device, dtype=torch.float32).to(q.dtype)
 
     def hash_(x: Tensor) -> Tensor:
-        proj = torch.einsum("bhtd,hdr->bhtr", x.float(), rot)
-        return torch.cat([proj, -proj], dim=-1)[..., :buckets].argmax(dim=-1).to(torch.int32)
+        proj = torch.matmul(x, rot)  # (B, H, T, half), batched over heads
+        top, arg = proj.max(dim=-1)
+        low, arg_low = proj[..., :negated].min(dim=-1)
+        return torch.where(top >= -low, arg, half + arg_low).to(torch.int32)
 
     return hash_(q), hash_(k)
 

@@ -34,15 +34,21 @@ class Decisions:
     q_support: Tensor | None = None
     k_support: Tensor | None = None
 
-    def trusted(self) -> Decisions:
-        """Mark these decisions as made by the spec's own criteria (already checked, so a call
-        skips the value checks that would read them back: a device sync)."""
+    def trusted(self, spec: object = None) -> Decisions:
+        """Mark these decisions as made by ``spec``'s own criteria (already checked, so a call
+        with an equal spec skips the value checks that would read them back: a device sync)."""
         object.__setattr__(self, "_trusted", True)
+        object.__setattr__(self, "_trusted_spec", spec)
         return self
 
     @property
     def is_trusted(self) -> bool:
         return getattr(self, "_trusted", False)
+
+    def trusted_for(self, spec: object) -> bool:
+        """Whether :meth:`trusted` marked these decisions for ``spec``: another spec's ranges
+        (fewer buckets, a smaller k) must still be checked."""
+        return self.is_trusted and getattr(self, "_trusted_spec", None) == spec
 
     def present(self) -> frozenset[str]:
         """Names of the fields that hold a tensor."""

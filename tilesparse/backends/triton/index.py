@@ -200,8 +200,8 @@ def build_group(
             q_keep, k_keep, q_bkt, k_bkt, keys[0], keys[1], T, big,
             HAS_KEEP=keep, HAS_BUCKET=has_bucket, BLOCK=block,
         )  # fmt: skip
-        for side in (0, 1):
-            sorted_keys[side], orders[side] = torch.sort(keys[side], dim=-1)
+        skeys, order = torch.sort(keys, dim=-1)  # both sides in one call
+        sorted_keys, orders = [skeys[0], skeys[1]], [order[0], order[1]]
     causal = group.causal
     flags = dict(
         CAUSAL=causal is not None, STRICT=causal is not None and causal.strict, NOT_SELF=group.has(NotSelf), IDENTITY=identity

@@ -178,15 +178,26 @@ def prepare_group(
     k_ranges, k_nseg = _ranges(
         k_key, q_key, program.block_k, T, group.buckets, causal=causal, strict=strict, not_self=not_self, query_side=False
     )
+    return assemble_group(
+        program, group, hs, dec, H, T, device,
+        (q_order, q_pos, q_bucket, q_ranges, q_nseg), (k_order, k_pos, k_bucket, k_ranges, k_nseg),
+    )  # fmt: skip
+
+
+def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_side) -> PreparedGroup:
+    """A PreparedGroup from each side's (order, pos, bucket, ranges, nseg), with the feature
+    supports the score needs; shared by this module and fused index builders."""
     sup_q = sup_k = None
     if isinstance(group.score, FeatureDotScore):
-        sup_q = sel(dec.q_support).to(torch.int32).contiguous()
-        sup_k = sel(dec.k_support).to(torch.int32).contiguous()
+        sup_q = _select(dec.q_support, hs, heads).to(torch.int32).contiguous()
+        sup_k = _select(dec.k_support, hs, heads).to(torch.int32).contiguous()
+    q_order, q_pos, q_bucket, q_ranges, q_nseg = q_side
+    k_order, k_pos, k_bucket, k_ranges, k_nseg = k_side
     return PreparedGroup(
         group=group,
         heads=tuple(hs),
-        head_map=_head_map(tuple(hs), device),
-        seqlen=T,
+        head_map=_head_map(tuple(hs), torch.device(device)),
+        seqlen=seqlen,
         block_q=program.block_q,
         block_k=program.block_k,
         q_order=q_order,

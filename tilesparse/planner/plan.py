@@ -99,28 +99,41 @@ def make_plan(program: Program, inputs: AttentionInputs, *, backend: str = "auto
 
 def _stage_graph(assignments: list[Assignment], has_decide: bool) -> tuple[nx.DiGraph, tuple[str, ...]]:
     """decide -> layout -> ranges -> gather -> attend -> scatter per group, with the stages a
-    backend runs as one kernel contracted into one node."""
+    backend runs as one kernel contracted into one node (each contraction is a fusion)."""
     graph = nx.DiGraph()
     fusions = []
     for i, a in enumerate(assignments):
-        stages: list[tuple[str, str]] = []
-        if has_decide and a.group.heads is None:
-            stages.append(("decide", "torch"))
-        if a.backend.needs_prepare:
-            stages += [("layout", "torch"), ("ranges", "torch")]
-            stages += [("gather", "torch"), ("attend", a.backend.NAME), ("scatter", "torch")]
+        b = a.backend
+        stages: list[tuple[str, str]] = [("decide", "torch")] if has_decide and a.group.heads is None else []
+        if b.needs_prepare:
+            stages += [("layout", "torch"), ("ranges", "torch"), ("gather", "torch"), ("attend", b.NAME), ("scatter", "torch")]
         else:
-            stages.append(("attend", a.backend.NAME))
-        nodes = [f"{i}:{s}" for s, _ in stages]
-        for n, (_, b) in zip(nodes, stages, strict=True):
-            graph.add_node(n, group=i, backend=b)
-        graph.add_edges_from(zip(nodes, nodes[1:], strict=False))
-        if a.backend.needs_prepare and getattr(a.backend, "FUSES_GATHER_SCATTER", False):
-            fused = f"{i}:gather+attend+scatter"
-            for n in (f"{i}:gather", f"{i}:attend", f"{i}:scatter"):
-                graph = nx.contracted_nodes(graph, f"{i}:attend", n, self_loops=False) if n != f"{i}:attend" else graph
-            graph = nx.relabel_nodes(graph, {f"{i}:attend": fused})
-            graph.nodes[fused].pop("contraction", None)
-            graph.nodes[fused]["backend"] = a.backend.NAME
-            fusions.append(f"group {i}: gather+attend+scatter in one {a.backend.NAME} kernel (rows read and written through the layout's order)")
+            stages.append(("attend", b.NAME))
+        for s, backend in stages:
+            graph.add_node(f"{i}:{s}", group=i, backend=backend)
+        graph.add_edges_from(
+            (f"{i}:{x}", f"{i}:{y}") for (x, _), (y, _) in zip(stages, stages[1:], strict=False)
+        )
+        if getattr(b, "FUSES_INDEX_BUILDING", False):
+            graph = _contract(graph, i, ("layout", "ranges"), b.NAME)
+            fusions.append(f"group {i}: layout+ranges in {b.NAME} kernels (sort keys, one sort, one block pass per side)")
+        if getattr(b, "FUSES_GATHER_SCATTER", False):
+            graph = _contract(graph, i, ("gather", "attend", "scatter"), b.NAME)
+            fusions.append(f"group {i}: gather+attend+scatter in one {b.NAME} kernel (rows read and written through the layout's order)")
+        elif b.needs_prepare:
+            # a dense-math backend gathers nothing: its attend reads the index tensors itself
+            graph = _contract(graph, i, ("gather", "attend", "scatter"), b.NAME, name="attend")
     return graph, tuple(fusions)
+
+
+def _contract(graph: nx.DiGraph, group: int, stages: tuple[str, ...], backend: str, name: str | None = None) -> nx.DiGraph:
+    """Merge a chain of a group's stages into one node named ``a+b+c`` (or ``name``)."""
+    nodes = [f"{group}:{s}" for s in stages]
+    keep = nodes[0]
+    for n in nodes[1:]:
+        graph = nx.contracted_nodes(graph, keep, n, self_loops=False)
+    merged = f"{group}:{name or '+'.join(stages)}"
+    graph = nx.relabel_nodes(graph, {keep: merged})
+    graph.nodes[merged].pop("contraction", None)
+    graph.nodes[merged]["backend"] = backend
+    return graph

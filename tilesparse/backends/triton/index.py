@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ...ir import KEY_SENTINEL, QUERY_SENTINEL, HeadGroup, Keep, Layout, NotSelf, PreparedGroup, Program, SameBucket
-from ...ir.prepare import DROPPED_K_BUCKET, DROPPED_Q_BUCKET, FeatureDotScore, _head_map, _select
+from ...ir.prepare import DROPPED_K_BUCKET, DROPPED_Q_BUCKET, _select, assemble_group
 
 __all__ = ["build_group"]
 
@@ -225,28 +225,4 @@ def build_group(
             SENTINEL=sentinel, DROPPED_BUCKET=dropped, BLOCK=block, MAX_SEG=S, QUERY_SIDE=side == 0, **flags,
         )  # fmt: skip
         out[side] = (order_out, pos_out, bkt_out, ranges, nseg)
-    sup_q = sup_k = None
-    if isinstance(group.score, FeatureDotScore):
-        sup_q = _select(dec.q_support, heads, n_heads).to(torch.int32).contiguous()
-        sup_k = _select(dec.k_support, heads, n_heads).to(torch.int32).contiguous()
-    (q_order, q_pos, q_bucket, q_ranges, q_nseg), (k_order, k_pos, k_bucket, k_ranges, k_nseg) = out[0], out[1]
-    return PreparedGroup(
-        group=group,
-        heads=tuple(heads),
-        head_map=_head_map(tuple(heads), device),
-        seqlen=T,
-        block_q=program.block_q,
-        block_k=program.block_k,
-        q_order=q_order,
-        q_pos=q_pos,
-        q_bucket=q_bucket,
-        k_order=k_order,
-        k_pos=k_pos,
-        k_bucket=k_bucket,
-        q_ranges=q_ranges,
-        q_nseg=q_nseg,
-        k_ranges=k_ranges,
-        k_nseg=k_nseg,
-        q_support=sup_q,
-        k_support=sup_k,
-    )
+    return assemble_group(program, group, heads, dec, n_heads, T, device, out[0], out[1])

@@ -1,0 +1,145 @@
+"""The README's promises, checked as a new user would meet them (CPU).
+
+Every ```python block of README.md runs as written, each in a fresh interpreter (criteria
+register globally, so blocks must not share a process); the usage example stays within 15
+lines; the commands it names exist: ``make demo`` / ``make test`` in the Makefile, and
+``python -m tilesparse demo`` and ``explain`` succeed and print what they promise. The demo's
+exit status is also checked the other way: a planted wrong op, or a forced backend that cannot
+run a pattern, must make it fail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tilesparse.backends.executor import ExecutorBackend
+from tilesparse.cli import main
+from tilesparse.cli.demo import PATTERNS
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+BLOCKS = re.findall(r"^```python\n(.*?)^```", README, flags=re.M | re.S)
+
+
+def run_python(*args: str) -> subprocess.CompletedProcess:
+    """``python *args`` from the repository root, as CI runs things (Triton interpreted)."""
+    # one thread: the tensors are small, and under load OpenMP threads that spin cost more than they give
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_readme_has_its_python_blocks():
+    # usage, a criterion, a property test
+    assert len(BLOCKS) >= 3
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
+def test_readme_python_block_runs(block: str):
+    r = run_python("-c", block)
+    assert r.returncode == 0, f"README block failed:\n{block}\n--- stderr:\n{r.stderr}"
+
+
+def test_readme_usage_example_is_at_most_15_lines():
+    usage = README.split("## Usage", 1)[1]
+    block = re.search(r"```python\n(.*?)```", usage, flags=re.S).group(1)
+    assert len(block.strip().splitlines()) <= 15
+
+
+def test_readme_commands_are_makefile_targets():
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("demo", "test"):
+        assert f"make {target}" in README
+        assert re.search(rf"^{target}:", makefile, flags=re.M), f"Makefile has no {target!r} target"
+    assert "## Performance (H200)" in README
+    assert "benchmarks/results" in README.split("## Performance (H200)", 1)[1]
+
+
+def test_demo_checks_every_pattern():
+    r = run_python("-m", "tilesparse", "demo")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for label, spec in PATTERNS:
+        assert label in r.stdout
+        assert str(spec) in r.stdout  # the section header names the spec
+    assert r.stdout.count("max |error| against attn.reference") == len(PATTERNS)
+    assert r.stdout.count("visited tiles:") == len(PATTERNS)
+    assert r.stdout.count("tiles, layout order:") == len(PATTERNS)  # one tile map each
+    assert "stages:" in r.stdout  # the plans are printed
+    assert "FAILED" not in r.stdout
+    assert "all patterns match the reference" in r.stdout
+
+
+def test_demo_fails_when_an_op_is_wrong(monkeypatch, capsys):
+    attend = ExecutorBackend.attend
+    monkeypatch.setattr(ExecutorBackend, "attend", lambda self, g, inputs: attend(self, g, inputs) * 1.01)
+    assert main(["demo", "--seqlen", "128"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED: output: max |error|" in out
+    assert "FAILED: " + ", ".join(label for label, _ in PATTERNS) in out
+
+
+def test_demo_fails_when_the_backend_refuses_a_pattern(capsys):
+    assert main(["demo", "--backend", "sdpa", "--seqlen", "64"]) == 1  # sdpa runs dense groups only
+    out = capsys.readouterr().out
+    assert "backend 'sdpa' cannot run head group" in out
+    assert out.count("refused") >= len(PATTERNS) - 1
+
+
+def test_explain_shows_plan_tiles_and_map():
+    r = run_python("-m", "tilesparse", "explain", '{"kind":"hash","buckets":4}')
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert 'spec: {"kind":"hash","buckets":4' in r.stdout
+    assert "CompiledAttention(Hash(buckets=4), causal=True, backend='auto')" in r.stdout
+    assert "mask=k<=q & same-bucket" in r.stdout
+    assert "tiles per head group" in r.stdout
+    assert "head 0 (sort)" in r.stdout and "tiles, layout order:" in r.stdout
+
+
+def test_explain_options_and_errors(capsys):
+    spec = '{"kind": "per_head", "dense_heads": [0], "rest": {"kind": "qk_drop", "keep": 0.5}}'
+    assert main(["explain", spec, "--no-causal", "--seqlen", "100", "--heads", "3", "--backend", "executor"]) == 0
+    out = capsys.readouterr().out
+    assert "causal=False, backend='executor'" in out
+    assert "head 0 (identity)" in out and "head 1 (compact)" in out  # one map per head group
+
+    assert main(["explain", '{"kind": "hash", "buckets": 0}']) == 2
+    assert "buckets must be in [1, 65536], got 0" in capsys.readouterr().err
+    assert main(["explain", '{"kind": "dense"}', "--backend", "no-such-backend"]) == 2
+    assert "no-such-backend" in capsys.readouterr().err
+
+
+PERF_LABELS = {
+    "Dense (auto: dispatches to SDPA)": "dense",
+    "QKDrop(0.7)": "keep0.7",
+    "QKDrop(0.5)": "keep0.5",
+    "QKDrop(0.3)": "keep0.3",
+    "Hash(16)": "hash16",
+    "Hash(16) + QKDrop(0.7)": "hybrid",
+}
+
+
+def test_readme_performance_figures_come_from_the_results_json():
+    """Every ms figure in the README's H200 table is the one in the committed results JSON."""
+    import json
+
+    results = json.loads((ROOT / "benchmarks" / "results" / "bench_targets_h200.json").read_text())
+    rows = {(r["pattern"], r["T"]): r for r in results["rows"] if r["mode"] == "fwd_bwd"}
+    section = README.split("## Performance (H200)", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert table, "no performance table in the README"
+    for line in table:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        pattern, T = PERF_LABELS[cells[0]], int(cells[1].replace(",", ""))
+        ms = rows[(pattern, T)]["ms"]
+        for cell, key in zip(cells[2:6], ("ours", "ours_incl", "sdpa_flash", "sdpa_cudnn"), strict=True):
+            if cell == "-":
+                assert key not in ms, f"{cells[0]} T={T}: README omits {key}, the JSON has it"
+                continue
+            assert abs(float(cell) - ms[key]) <= 0.006 * ms[key] + 0.006, f"{cells[0]} T={T} {key}: {cell} vs {ms[key]}"

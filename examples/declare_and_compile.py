@@ -49,7 +49,7 @@ for name, spec in patterns.items():
 
     grads = torch.autograd.grad(out, (q, k, v), dout.to(out.dtype))
     ref_grads = torch.autograd.grad(ref, (q, k, v), dout)
-    errors = [relative_error(out, ref)] + [relative_error(g, r) for g, r in zip(grads, ref_grads)]
+    errors = [relative_error(out, ref)] + [relative_error(g, r) for g, r in zip(grads, ref_grads, strict=True)]
     assert max(errors) <= tolerance, f"{name}: relative errors (out, dq, dk, dv) {errors} > {tolerance}"
 
     print(f"== {name}: {spec.model_dump_json()}")

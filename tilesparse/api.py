@@ -6,8 +6,7 @@ import torch
 from torch import Tensor
 
 from .backends.reference import feature_mask, masked_attention
-from .ir import AttentionInputs, Prepared, check_inputs, lower, prepare_group, tile_stats
-from .ir import Prepared as _Prepared
+from .ir import AttentionInputs, Prepared, check_inputs, lower, tile_stats
 from .patterns import Decisions, SpecBase, check_decisions, parse_spec
 from .patterns.specs import TopKFeatures
 from .planner import Plan, make_plan
@@ -141,14 +140,8 @@ class CompiledAttention:
         self._check_spec_fits(inputs)
         dec = self._decisions(inputs, decisions, generator)
         plan = self._plan(inputs)
-        groups = tuple(
-            a.backend.prepare(plan.program, a.group, a.heads, dec, inputs)
-            if a.backend.needs_prepare
-            else prepare_group(plan.program, a.group, a.heads, dec, batch=inputs.batch, heads=inputs.heads,
-                               seqlen=inputs.seqlen, device=inputs.device)
-            for a in plan.assignments
-        )  # fmt: skip
-        return _Prepared(plan.program, groups, inputs.batch, inputs.heads, inputs.seqlen)
+        groups = tuple(a.backend.prepare(plan.program, a.group, a.heads, dec, inputs) for a in plan.assignments)
+        return Prepared(plan.program, groups, inputs.batch, inputs.heads, inputs.seqlen)
 
     # -- the semantics ------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ __all__ = [
     "resolve_heads",
     "sparsity",
     "tile_intervals",
+    "visited_tiles",
     "tile_map",
     "tile_stats",
     "to_dense",

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Annotated, ClassVar, Literal, Union
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 from torch import Tensor
 
 from .criteria import get_criterion

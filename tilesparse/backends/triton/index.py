@@ -21,8 +21,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ...ir import KEY_SENTINEL, QUERY_SENTINEL, HeadGroup, Keep, Layout, NotSelf, PreparedGroup, Program, SameBucket
+from ...ir import KEY_SENTINEL, QUERY_SENTINEL, HeadGroup, Keep, Layout, PreparedGroup, Program, SameBucket
 from ...ir.prepare import DROPPED_K_BUCKET, DROPPED_Q_BUCKET, _select, assemble_group
+from .op import predicate_flags
 
 __all__ = ["build_group"]
 
@@ -202,10 +203,9 @@ def build_group(
         )  # fmt: skip
         skeys, order = torch.sort(keys, dim=-1)  # both sides in one call
         sorted_keys, orders = [skeys[0], skeys[1]], [order[0], order[1]]
-    causal = group.causal
-    flags = dict(
-        CAUSAL=causal is not None, STRICT=causal is not None and causal.strict, NOT_SELF=group.has(NotSelf), IDENTITY=identity
-    )
+    flags = predicate_flags(group)
+    flags.pop("SAME_BUCKET")  # the bucket is part of every sort key already
+    flags["IDENTITY"] = identity
     n_steps = max(1, math.ceil(math.log2(T + 1)))
     out = {}
     for side, (block, sentinel, dropped) in enumerate(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from ...ir import KEY_SENTINEL, Causal, NotSelf, PreparedGroup, SameBucket
+from ...ir import KEY_SENTINEL, HeadGroup, NotSelf, PreparedGroup, SameBucket
 from . import kernels
 
 __all__ = ["TileConfig", "compiled_kernel_count", "interpreting", "override_config", "sparse_attention", "tile_config"]
@@ -91,14 +91,19 @@ def override_config(**fields: int):
         _OVERRIDE.update(old)
 
 
-def _flags(g: PreparedGroup) -> dict:
-    causal = g.group.causal
+def predicate_flags(group: HeadGroup) -> dict:
+    """The group's predicates as the kernels' compile-time switches."""
+    causal = group.causal
     return dict(
         CAUSAL=causal is not None,
         STRICT=causal is not None and causal.strict,
-        SAME_BUCKET=g.group.has(SameBucket),
-        NOT_SELF=g.group.has(NotSelf),
+        SAME_BUCKET=group.has(SameBucket),
+        NOT_SELF=group.has(NotSelf),
     )
+
+
+def _flags(g: PreparedGroup) -> dict:
+    return predicate_flags(g.group)
 
 
 def _block_d(head_dim: int) -> int:

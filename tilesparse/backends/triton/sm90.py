@@ -144,7 +144,8 @@ def report(compiled) -> Report:
     stack = int(re.search(r"STACK:(\d+)", usage).group(1))
     ttgir = compiled.asm["ttgir"]
     # the dedup must survive every pass (see kernels._tiles): lo = max(lo, previous segment's hi)
-    dedup = re.search(r"arith\.maxsi %lo\w*, %prev_hi", ttgir) is not None or "_tiles" not in _source(compiled)
+    loops_segments = compiled.metadata.name != "_attn_bwd_delta"
+    dedup = not loops_segments or re.search(r"arith\.maxsi %lo\w*, %prev_hi", ttgir) is not None
     gathers = len(re.findall(r"%(?:kT|v|vT|k|qT|q|do)(?:_\d+)? = ttg\.async_copy_global_to_local", ttgir))
     return Report(
         shared=compiled.metadata.shared,
@@ -155,10 +156,6 @@ def report(compiled) -> Report:
         async_gathers=gathers,
     )
 
-
-def _source(compiled) -> str:
-    """The kernel's name, to tell the segment-looping kernels from the delta kernel."""
-    return "" if compiled.metadata.name == "_attn_bwd_delta" else "_tiles"
 
 
 def _loop_spills(sass: str) -> int:

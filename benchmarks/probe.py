@@ -114,6 +114,8 @@ def main() -> int:
     ap.add_argument("--T", type=int, default=16384)
     ap.add_argument("--dims", default="64")
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep-only", action="store_true", help="skip the per-pattern rows and SDPA")
+    ap.add_argument("--sweep-json", help='configs to sweep instead of SWEEP, e.g. \'[{"block_k": 64}]\'')
     args = ap.parse_args()
     t0 = time.time()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
@@ -126,17 +128,22 @@ def main() -> int:
         ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)]),
         ts.Dense(),
     ]
+    sweep = json.loads(args.sweep_json) if args.sweep_json else SWEEP
     for D in map(int, args.dims.split(",")):
-        res["sdpa"][D] = sdpa_rows(args.T, D)
-        print(f"[{time.time() - t0:.0f}s] sdpa D={D}: {res['sdpa'][D]}", file=sys.stderr, flush=True)
+        if args.sweep_only:
+            specs = []
+        else:
+            res["sdpa"][D] = sdpa_rows(args.T, D)
+            print(f"[{time.time() - t0:.0f}s] sdpa D={D}: {res['sdpa'][D]}", file=sys.stderr, flush=True)
         res["config"] = asdict(tile_config(D, torch.bfloat16, DEV))
         for spec in specs:
             row = ours(spec, args.T, D)
             res["rows"].append(row)
             print(f"[{time.time() - t0:.0f}s] {row}", file=sys.stderr, flush=True)
-        res["rows"].append({**ours(ts.Dense(), args.T, D, backend="auto"), "spec": "Dense() auto"})
-        if args.sweep and D == 64:
-            for over in SWEEP:
+        if not args.sweep_only:
+            res["rows"].append({**ours(ts.Dense(), args.T, D, backend="auto"), "spec": "Dense() auto"})
+        if (args.sweep or args.sweep_only) and D == 64:
+            for over in sweep:
                 try:
                     with override_config(**over):
                         row = ours(ts.Hash(buckets=16), args.T, D)

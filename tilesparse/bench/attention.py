@@ -10,7 +10,11 @@ inputs for every pattern, never zeros):
   ``attn.decide`` outside the timed region; inside: validation, layout (sort/compaction),
   ranges, kernels. Ours, decisions included (``ours_incl``): ``attn(q, k, v)``, which also
   runs the criteria (LSH hashing, Bernoulli draws) every call. ``decide``: ``attn.decide(q, k)``
-  alone; ``prep``: ``attn.prepare(q, k, v, decisions=dec)`` alone (the index tensors).
+  alone; ``prep``: ``attn.prepare(q, k, v, decisions=dec)`` alone (the index tensors), wall
+  time; ``prep_gpu``: the GPU time of prepare's kernels (the torch profiler's device times,
+  mean of 10 calls); ``kernels``: the attention kernels alone on prepared index tensors
+  (Triton rows with one head group). ``prep_gpu_share`` = prep_gpu / ours and
+  ``overhead_share`` = (ours - kernels) / ours: what the call adds to the kernels.
   ``attn = ts.compile(spec, causal=True, backend="triton", validate=False)``: ``validate=False``
   skips the value checks of given decisions, which read them back (a device sync); the dense
   row uses ``backend="auto"`` (which sends it to SDPA) and reports the chosen backend.
@@ -88,7 +92,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tilesparse as ts
-from tilesparse.backends.triton.op import interpreting, tile_config
+from tilesparse.backends.triton.op import interpreting, sparse_attention, tile_config
 from tilesparse.ir import tile_stats
 
 from .plot import plot
@@ -191,6 +195,8 @@ class Settings:
     validate: bool
     ideal_max_t: int
     sparse_backend: str
+    flex_patterns: tuple[str, ...] = FLEX_DEFAULT_PATTERNS
+    flex_seqlens: tuple[int, ...] | None = None  # None: T <= FLEX_DEFAULT_MAX_T
 
     @property
     def cuda(self) -> bool:
@@ -481,10 +487,16 @@ def flex_wanted(pattern: str, D: int, T: int, s: Settings) -> str | None:
         return None
     if not s.cuda:
         return "cpu: Flex skipped by default (--flex all runs its forward, slowly)"
-    if pattern not in FLEX_DEFAULT_PATTERNS:
-        return f"--flex default runs {', '.join(FLEX_DEFAULT_PATTERNS)} only"
-    if s.grid != "quick" and not (D == FLEX_DEFAULT_D and T <= FLEX_DEFAULT_MAX_T):
-        return f"--flex default runs D={FLEX_DEFAULT_D}, T<={FLEX_DEFAULT_MAX_T} only"
+    if pattern not in s.flex_patterns:
+        return f"--flex default runs {', '.join(s.flex_patterns)} only"
+    if s.grid == "quick":
+        return None
+    if D != FLEX_DEFAULT_D:
+        return f"--flex default runs D={FLEX_DEFAULT_D} only"
+    if s.flex_seqlens is not None and T not in s.flex_seqlens:
+        return f"--flex default runs T in {','.join(map(str, s.flex_seqlens))} only"
+    if s.flex_seqlens is None and T > FLEX_DEFAULT_MAX_T:
+        return f"--flex default runs T<={FLEX_DEFAULT_MAX_T} only"
     return None
 
 
@@ -509,6 +521,46 @@ def visited(attn, q: Tensor, k: Tensor, v: Tensor, dec: ts.Decisions, block_n: i
         out["ideal_fraction"] = sum(st["ideal"] for st in stats) / max(dense, 1)
         out["missed"] = sum(st["missed"] for st in stats)
     return out
+
+
+def kernels_alone(attn, q, k, v, grad, dec, common: Record, per_mode: dict[str, Record], s: Settings) -> None:
+    """The attention kernels alone on prepared index tensors (``kernels``, per mode), and the
+    GPU time of the preparation's own kernels (``prep_gpu``, from the profiler): what the
+    call adds on top of the kernels is host work (Python, launches) and the preparation."""
+    try:
+        prep = attn.prepare(q, k, v, decisions=dec)
+    except Exception as e:  # noqa: BLE001
+        common.errors["kernels"] = _message(e)
+        return
+    if len(prep.groups) != 1:
+        common.skipped["kernels"] = f"{len(prep.groups)} head groups (measured for one)"
+        return
+    g = prep.groups[0]
+    cfg = tile_config(q.shape[-1], q.dtype, q.device)
+    scale = q.shape[-1] ** -0.5
+    for mode, rec in per_mode.items():
+        measure("kernels", step(lambda: sparse_attention(q, k, v, g, scale, cfg), mode, (q, k, v), grad), rec, s)
+    del prep, g
+    if s.cuda:
+        try:
+            common.ms["prep_gpu"] = _gpu_ms(lambda: attn.prepare(q, k, v, decisions=dec), s)
+        except Exception as e:  # noqa: BLE001
+            common.errors["prep_gpu"] = _message(e)
+
+
+def _gpu_ms(fn: Callable[[], object], s: Settings, calls: int = 10) -> float:
+    """Mean GPU time of ``fn``'s kernels per call (the sum of their device durations, by the
+    torch profiler; host time, launch gaps and idle excluded)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    _sync(s.device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        _sync(s.device)
+    us = sum(e.device_time_total for e in prof.key_averages() if e.device_time_total and not e.is_user_annotation)
+    return us / 1e3 / calls
 
 
 def run_pattern(
@@ -545,6 +597,9 @@ def run_pattern(
             elif "ours" in rec.ms:
                 rec.ms["ours_incl"] = rec.ms["ours"]
                 rec.notes["ours_incl"] = "no decisions to make: the same call as ours"
+
+    if backend == "triton":
+        kernels_alone(attn, q, k, v, grad, dec, common, per_mode, s)
 
     block_n = tile_config(D, DTYPE, s.device).fwd_n
     try:
@@ -619,6 +674,8 @@ def make_row(name: str, D: int, T: int, mode: str, rec: Record, s: Settings, *, 
         "spread": rec.spread,
         "speedup": speedup,
         "prep_share": _ratio(ms.get("prep"), ms.get("ours")),
+        "prep_gpu_share": _ratio(ms.get("prep_gpu"), ms.get("ours")),
+        "overhead_share": _ratio((ms["ours"] - ms["kernels"]) if ms.get("ours") and ms.get("kernels") else None, ms.get("ours")),
         "peak_mib": peak,
         "live_mib": rec.live_mib,
         "peak_ratio_vs_sdpa_flash": _ratio(peak.get("ours"), peak.get("sdpa_flash")),
@@ -691,6 +748,8 @@ def run(
     modes: Sequence[str] = MODES,
     decide: str = "both",
     flex: str = "default",
+    flex_patterns: Sequence[str] | str | None = None,
+    flex_seqlens: Sequence[int] | str | None = None,
     out: str | Path | None = None,
     png: str | Path | None = None,
     warmup_ms: float = 10.0,
@@ -731,6 +790,7 @@ def run(
         device=device, batch=batch or g.batch, heads=heads or g.heads, modes=modes, decide=decide, flex=flex,
         grid=grid, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps, cpu_reps=cpu_reps, seed=seed,
         validate=validate, ideal_max_t=ideal_max_t, sparse_backend=sparse_backend,
+        flex_patterns=_csv(flex_patterns, str) or FLEX_DEFAULT_PATTERNS, flex_seqlens=_csv(flex_seqlens),
     )  # fmt: skip
     out = Path(out) if out is not None else None
     png = Path(png) if png is not None else (out.with_suffix(".png") if out is not None else None)
@@ -757,6 +817,8 @@ def run(
         "modes": list(modes),
         "decide": decide,
         "flex": flex,
+        "flex_patterns": list(s.flex_patterns),
+        "flex_seqlens": list(s.flex_seqlens) if s.flex_seqlens else None,
         "flex_compiled": device.type == "cuda",
         "sparse_backend": sparse_backend,
         "triton_interpret": interpreting(),
@@ -903,12 +965,13 @@ def print_table(results: dict, console: Console | None = None) -> None:
         console.print(f"stopped early, later rows {meta['stopped']}")
     table = Table(
         title=f"fwd+bwd ms, {meta['device_name']}, B={meta['B']} H={meta['H']} {meta['dtype']} causal",
-        caption="ours: decisions given; +dec: decided in the call; flex: block mask per call/prebuilt",
+        caption="ours: decisions given; +dec: decided in the call; kern: attention kernels alone; prep: "
+        "prepare() alone (wall), prepGPU: its kernels' GPU time; flex: block mask per call/prebuilt",
         box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True,
     )  # fmt: skip
     for col in (
-        "pattern", "D", "T", "ours", "+dec", "prep", "flash", "cudnn", "flex", "x flash", "visit%", "ideal%",
-        "MiB ours/flash",
+        "pattern", "D", "T", "ours", "+dec", "kern", "prep", "prepGPU", "flash", "cudnn", "flex", "x flash",
+        "visit%", "ideal%", "MiB ours/flash",
     ):  # fmt: skip
         table.add_column(col, justify="left" if col == "pattern" else "right", no_wrap=True)
     for r in rows:
@@ -920,7 +983,8 @@ def print_table(results: dict, console: Console | None = None) -> None:
             f"{_fmt(ms.get('flex_percall'))}/{_fmt(ms.get('flex_prebuilt'))}"
         )  # fmt: skip
         table.add_row(
-            r["pattern"], str(r["D"]), str(r["T"]), ours, _fmt(ms.get("ours_incl")), _fmt(ms.get("prep")),
+            r["pattern"], str(r["D"]), str(r["T"]), ours, _fmt(ms.get("ours_incl")), _fmt(ms.get("kernels")),
+            _fmt(ms.get("prep")), _fmt(ms.get("prep_gpu")),
             _fmt(ms.get("sdpa_flash")), _fmt(ms.get("sdpa_cudnn")), flex, _fmt(sp.get("ours_vs_sdpa_flash")),
             _pct(r.get("visited_fraction")), _pct(r.get("ideal_fraction")),
             f"{_fmt(pk.get('ours'), 5)}/{_fmt(pk.get('sdpa_flash'), 5)}",
@@ -949,8 +1013,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--decide", choices=("both", "excluded", "included"), default="both")
     parser.add_argument(
         "--flex", choices=("all", "default", "none"), default="default",
-        help=f"default: {','.join(FLEX_DEFAULT_PATTERNS)} at D={FLEX_DEFAULT_D}, T<={FLEX_DEFAULT_MAX_T} on CUDA",
+        help=f"default: --flex-patterns at D={FLEX_DEFAULT_D} and --flex-t on CUDA",
     )  # fmt: skip
+    parser.add_argument(
+        "--flex-patterns", help=f"patterns Flex runs with --flex default (default: {','.join(FLEX_DEFAULT_PATTERNS)})"
+    )
+    parser.add_argument("--flex-t", help=f"T values Flex runs with --flex default (default: every T <= {FLEX_DEFAULT_MAX_T})")
     parser.add_argument("--out", help="JSON path (default: benchmarks/results/attention-<grid>-<date>.json)")
     parser.add_argument("--png", help="plot path (default: the JSON path with .png)")
     parser.add_argument("--warmup-ms", type=float, default=10.0)
@@ -968,7 +1036,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out) if args.out else RESULTS_DIR / f"attention-{args.grid}-{stamp}.json"
     results = run(
         args.grid, head_dims=args.d, seqlens=args.t, patterns=args.patterns, batch=args.b, heads=args.h,
-        long_row=args.long, modes=args.modes, decide=args.decide, flex=args.flex, out=out, png=args.png,
+        long_row=args.long, modes=args.modes, decide=args.decide, flex=args.flex, flex_patterns=args.flex_patterns,
+        flex_seqlens=args.flex_t, out=out, png=args.png,
         warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, min_reps=args.min_reps, cpu_reps=args.cpu_reps,
         seed=args.seed, validate=args.validate, budget_s=args.budget_s or None, ideal_max_t=args.ideal_max_t,
         device=args.device,

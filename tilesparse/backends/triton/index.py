@@ -15,7 +15,9 @@ identical tensors (tests/backends/triton/test_index.py, CPU interpreter and GPU)
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -168,6 +170,56 @@ def _build_side(SKEY, ORDER, OTHER, ORDER_OUT, POS_OUT, BKT_OUT, RANGES, NSEG,
         tl.store(rng + lane * 4 + j, zero, mask=unused)
 
 
+@dataclass(frozen=True)
+class _Static:
+    """What a group's index build launches with that only the sizes determine (cached)."""
+
+    identity: bool
+    keep: bool
+    has_bucket: bool
+    big: int
+    n_steps: int
+    flags: dict
+    # per side: (blocks, rows per block, segment slots, sentinel, dropped bucket)
+    sides: tuple[tuple[int, int, int, int, int], tuple[int, int, int, int, int]]
+    # int32 elements of the one buffer every index tensor is a view of (keys unless identity,
+    # then per side order, pos, bucket, ranges, nseg), each view starting 16-byte aligned
+    total: int
+
+
+def _aligned(n: int) -> int:
+    """n int32 elements rounded up to 16 bytes (Triton specializes on pointer alignment)."""
+    return -(-n // 4) * 4
+
+
+@functools.lru_cache(maxsize=256)
+def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: int) -> _Static:
+    big = (group.buckets + 1) * T
+    if 2 * big >= 2**31:
+        raise ValueError(f"(buckets + 1) * 2T = {2 * big} overflows int32 sort keys; use fewer buckets or shorter T")
+    identity = group.layout is Layout.IDENTITY
+    flags = predicate_flags(group)
+    flags.pop("SAME_BUCKET")  # the bucket is part of every sort key already
+    flags["IDENTITY"] = identity
+    sides = []
+    total = 0 if identity else _aligned(2 * B * Hg * T)
+    for block, sentinel, dropped in ((block_q, QUERY_SENTINEL, DROPPED_Q_BUCKET), (block_k, KEY_SENTINEL, DROPPED_K_BUCKET)):
+        nb = triton.cdiv(T, block)
+        S = max(1, min(block, group.buckets))
+        sides.append((nb, block, S, sentinel, dropped))
+        total += 3 * _aligned(B * Hg * T) + _aligned(B * Hg * nb * S * 4) + _aligned(B * Hg * nb)
+    return _Static(
+        identity=identity,
+        keep=group.has(Keep),
+        has_bucket=group.has(SameBucket),
+        big=big,
+        n_steps=max(1, math.ceil(math.log2(T + 1))),
+        flags=flags,
+        sides=tuple(sides),
+        total=total,
+    )
+
+
 def build_group(
     program: Program,
     group: HeadGroup,
@@ -181,48 +233,44 @@ def build_group(
 ) -> PreparedGroup:
     """:func:`tilesparse.ir.prepare_group` computed by the fused kernels."""
     B, T, Hg = batch, seqlen, len(heads)
-    sel = lambda t: None if t is None else _select(t, heads, n_heads).contiguous()  # noqa: E731
-    keep = group.has(Keep)
-    has_bucket = group.has(SameBucket)
-    identity = group.layout is Layout.IDENTITY
-    big = (group.buckets + 1) * T
-    if 2 * big >= 2**31:
-        raise ValueError(f"(buckets + 1) * 2T = {2 * big} overflows int32 sort keys; use fewer buckets or shorter T")
-    shape = (B, Hg, T)
-    i32 = dict(dtype=torch.int32, device=device)
+    st = _static(group, program.block_q, program.block_k, B, Hg, T)
+    # every index tensor is a view of one int32 buffer: one allocation per call
+    buf = torch.empty(st.total, dtype=torch.int32, device=device)
+    used = 0
+
+    def take(*shape: int) -> torch.Tensor:
+        nonlocal used
+        n = math.prod(shape)
+        t = buf[used : used + n].view(shape)
+        used += _aligned(n)
+        return t
+
     sorted_keys: list[torch.Tensor | None] = [None, None]
     orders: list[torch.Tensor | None] = [None, None]
-    if not identity:
-        keys = torch.empty((2, B, Hg, T), **i32)
-        q_keep, k_keep = (sel(dec.q_keep), sel(dec.k_keep)) if keep else (keys, keys)
-        q_bkt, k_bkt = (sel(dec.q_bucket), sel(dec.k_bucket)) if has_bucket else (keys, keys)
+    if not st.identity:
+        sel = lambda t: _select(t, heads, n_heads).contiguous()  # noqa: E731
+        keys = take(2, B, Hg, T)
+        q_keep, k_keep = (sel(dec.q_keep), sel(dec.k_keep)) if st.keep else (keys, keys)
+        q_bkt, k_bkt = (sel(dec.q_bucket), sel(dec.k_bucket)) if st.has_bucket else (keys, keys)
         block = 1024
         _sort_keys[(triton.cdiv(T, block), B * Hg, 2)](
-            q_keep, k_keep, q_bkt, k_bkt, keys[0], keys[1], T, big,
-            HAS_KEEP=keep, HAS_BUCKET=has_bucket, BLOCK=block,
+            q_keep, k_keep, q_bkt, k_bkt, keys[0], keys[1], T, st.big,
+            HAS_KEEP=st.keep, HAS_BUCKET=st.has_bucket, BLOCK=block,
         )  # fmt: skip
         skeys, order = torch.sort(keys, dim=-1)  # both sides in one call
         sorted_keys, orders = [skeys[0], skeys[1]], [order[0], order[1]]
-    flags = predicate_flags(group)
-    flags.pop("SAME_BUCKET")  # the bucket is part of every sort key already
-    flags["IDENTITY"] = identity
-    n_steps = max(1, math.ceil(math.log2(T + 1)))
     out = {}
-    for side, (block, sentinel, dropped) in enumerate(
-        ((program.block_q, QUERY_SENTINEL, DROPPED_Q_BUCKET), (program.block_k, KEY_SENTINEL, DROPPED_K_BUCKET))
-    ):
-        nb = triton.cdiv(T, block)
-        S = max(1, min(block, group.buckets))
-        order_out, pos_out, bkt_out = (torch.empty(shape, **i32) for _ in range(3))
-        ranges = torch.empty((B, Hg, nb, S, 4), **i32)
-        nseg = torch.empty((B, Hg, nb), **i32)
+    for side, (nb, block, S, sentinel, dropped) in enumerate(st.sides):
+        order_out, pos_out, bkt_out = take(B, Hg, T), take(B, Hg, T), take(B, Hg, T)
+        ranges = take(B, Hg, nb, S, 4)
+        nseg = take(B, Hg, nb)
         skey, other = sorted_keys[side], sorted_keys[1 - side]
         dummy = order_out  # identity reads no keys
         _build_side[(nb, B * Hg)](
             dummy if skey is None else skey, dummy if orders[side] is None else orders[side],
             dummy if other is None else other, order_out, pos_out, bkt_out, ranges, nseg,
-            T, nb, big, n_steps,
-            SENTINEL=sentinel, DROPPED_BUCKET=dropped, BLOCK=block, MAX_SEG=S, QUERY_SIDE=side == 0, **flags,
+            T, nb, st.big, st.n_steps,
+            SENTINEL=sentinel, DROPPED_BUCKET=dropped, BLOCK=block, MAX_SEG=S, QUERY_SIDE=side == 0, **st.flags,
         )  # fmt: skip
         out[side] = (order_out, pos_out, bkt_out, ranges, nseg)
     return assemble_group(program, group, heads, dec, n_heads, T, device, out[0], out[1])

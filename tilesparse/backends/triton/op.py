@@ -67,8 +67,9 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         if head_dim > 64:
             cfg = TileConfig(32, 32, 32, 16, 16, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2)
     elif head_dim <= 64:
-        # 4 warps beat 8 on the H200 for both passes (benchmarks/results/probe_h200.json sweep)
-        cfg = TileConfig(128, 128, 64, 32, 32, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3)
+        # 4 warps beat 8 on the H200 for both passes, and 64-key dK/dV blocks beat 128
+        # (benchmarks/results/probe_h200.json and probe_sweep_h200.json)
+        cfg = TileConfig(128, 64, 64, 32, 32, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3)
     elif head_dim <= 128:
         cfg = TileConfig(128, 64, 32, 32, 32, fwd_warps=8, fwd_stages=3, bwd_warps=8, bwd_stages=2)
     else:

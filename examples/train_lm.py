@@ -58,6 +58,7 @@ import sysconfig
 import time
 import traceback
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -216,11 +217,14 @@ def learning_rate(step: int, args: argparse.Namespace) -> float:
 
 
 def train_run(
-    variant: str, T: int, args: argparse.Namespace, corpus: tuple[Tensor, Tensor], device: torch.device,
-    budget_s: float | None, save: callable,
-) -> dict:  # fmt: skip
-    """Train one model with ``variant``'s attention at sequence length T; returns its record,
-    which ``save`` writes out after every evaluation."""
+    record: dict, args: argparse.Namespace, corpus: tuple[Tensor, Tensor], device: torch.device,
+    budget_s: float | None, save: Callable[[], None],
+) -> None:  # fmt: skip
+    """Train one model with ``record["variant"]``'s attention at sequence length ``record["T"]``,
+    filling ``record`` in as it goes (``save`` writes it out after every evaluation, so a run
+    that fails keeps what it measured). ``budget_s`` counts from the end of the warm-up steps:
+    compilation never cuts a run short."""
+    variant, T = record["variant"], record["T"]
     train, val = corpus
     amp = device.type == "cuda"
     spec = VARIANTS[variant]
@@ -236,12 +240,12 @@ def train_run(
     batch = args.batch or max(1, args.tokens_per_step // T)
     n_val = max(1, args.val_tokens // T)
     val_starts = torch.randint(0, val.numel() - T - 1, (n_val,), generator=torch.Generator().manual_seed(args.seed + 2))
-    record = {
-        "variant": variant, "spec": json.loads(spec.model_dump_json()), "T": T, "batch": batch,
+    record.update({
+        "spec": json.loads(spec.model_dump_json()), "batch": batch,
         "tokens_per_step": batch * T, "parameters": sum(p.numel() for p in model.parameters()),
         "val_windows": n_val, "steps_planned": args.steps, "steps_done": 0,
         "train_loss": [], "step_ms": [], "eval": [], "stopped": None, "error": None,
-    }  # fmt: skip
+    })  # fmt: skip
 
     def evaluate(step: int, train_s: float) -> None:
         model.eval()
@@ -255,11 +259,13 @@ def train_run(
         record["eval"].append({"step": step, "train_s": round(train_s, 4), "val_loss": round(statistics.fmean(losses), 5)})
         save()
 
-    t_run = time.perf_counter()
+    t_run = t_steady = time.perf_counter()
     train_s = 0.0
     evaluate(0, 0.0)
     for step in range(args.steps):
-        if budget_s is not None and time.perf_counter() - t_run > budget_s:
+        if step == args.speed_skip:
+            t_steady = time.perf_counter()
+        if budget_s is not None and step > args.speed_skip and time.perf_counter() - t_steady > budget_s:
             record["stopped"] = f"time budget of {budget_s:.0f} s spent after {step} steps"
             break
         x, y = windows(train, torch.randint(0, train.numel() - T - 1, (batch,), generator=data_gen), T)
@@ -288,7 +294,6 @@ def train_run(
         evaluate(record["steps_done"], train_s)
     record.update(speed(record["step_ms"], args.speed_skip, batch * T))
     record["run_s"] = round(time.perf_counter() - t_run, 2)
-    return record
 
 
 def speed(step_ms: list[float], skip: int, tokens: int) -> dict:
@@ -341,11 +346,14 @@ def run(args: argparse.Namespace) -> dict:
         budget = None
         if args.time_budget_s:  # what is left, shared by the runs still to do
             budget = (args.time_budget_s - (time.perf_counter() - t_start)) / (len(work) - i)
-        print(f"[{time.perf_counter() - t_start:6.1f} s] {variant} T={T}: training", flush=True)
         record = {"variant": variant, "T": T}
         results["runs"].append(record)
+        if budget is not None and budget <= 0:
+            record["stopped"] = f"not run: the time budget of {args.time_budget_s} s was spent"
+            continue
+        print(f"[{time.perf_counter() - t_start:6.1f} s] {variant} T={T}: training", flush=True)
         try:
-            record.update(train_run(variant, T, args, (train, val), device, budget, save))
+            train_run(record, args, (train, val), device, budget, save)
         except Exception as e:  # noqa: BLE001 - a failed run is a result; the others go on
             record["error"] = f"{type(e).__name__}: {e}"[:2000]
             record["traceback"] = traceback.format_exc()[-4000:]

@@ -123,3 +123,14 @@ def _load_train_lm():
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def test_train_lm_time_budget_stops_cleanly(tmp_path, capsys):
+    train_lm = _load_train_lm()
+    args = ["--smoke", "--variants", "dense,hash16", "--t", "64", "--steps", "100000", "--eval-every", "100000",
+            "--time-budget-s", "2", "--out", str(tmp_path)]  # fmt: skip
+    assert train_lm.main(args) == 0
+    dense, hashed = json.loads((tmp_path / "train_lm.json").read_text())["runs"]
+    assert dense["stopped"].startswith("time budget of") and 1 < dense["steps_done"] < 100000
+    assert dense["eval"][-1]["step"] == dense["steps_done"]  # the last step is evaluated
+    assert hashed["stopped"].startswith(("time budget of", "not run: the time budget"))

@@ -232,9 +232,11 @@ def train_run(
     cfg = ModelConfig(args.layers, args.width, args.heads, args.shared_qk)
     torch.manual_seed(args.seed)
     model = ByteGPT(cfg, attn).to(device)
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1, **({"fused": True} if amp else {})
-    )
+    groups = [  # weight decay on matrices only, not on norms
+        {"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), **({"fused": True} if amp else {}))
     data_gen = torch.Generator().manual_seed(args.seed)  # the same batches for every variant
     decide_gen = torch.Generator(device).manual_seed(args.seed + 1)
     batch = args.batch or max(1, args.tokens_per_step // T)

@@ -3,11 +3,17 @@
 The two scripts must exit 0 after checking themselves against the reference; the property-test
 example must pass under pytest with its planted bug reported as an expected failure, and, run
 with ``--runxfail``, must show hypothesis' shrunk failing example and assert_equivalent's
-report for that bug.
+report for that bug. The training script runs its smoke mode (tiny model, T=256, every
+variant, the reference backend) and must write a JSON whose losses fall, its figure and its
+README table; one step of it through the Triton kernels (interpreted) must give the losses the
+reference backend gives. Its GPU run (T=8,192 and 16,384) is the device's.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import math
 import os
 import subprocess
 import sys
@@ -19,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 SCRIPTS = ("declare_and_compile.py", "custom_criterion.py")
 PROPERTY_TEST = "property_test_custom_pattern.py"
+TRAIN = "train_lm.py"
 
 
 def run_python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -31,7 +38,7 @@ def run_python(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 
 
 def test_every_example_is_run_here():
-    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted((*SCRIPTS, PROPERTY_TEST))
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted((*SCRIPTS, PROPERTY_TEST, TRAIN))
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -55,3 +62,75 @@ def test_property_test_example_passes_and_shows_its_shrunk_failure(tmp_path):
     assert "Falsifying example" in r.stdout or "Failing test case" in r.stdout
     assert "HandWritten(diagonal=-1)" in r.stdout  # assert_equivalent's report names the op
     assert "out:" in r.stdout  # and the tensor that differs
+
+
+def test_train_lm_smoke_learns_and_writes_json_plot_and_table(tmp_path):
+    r = run_python(str(EXAMPLES / TRAIN), "--smoke", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    results = json.loads((tmp_path / "train_lm.json").read_text())
+    train_lm = _load_train_lm()
+    assert [(run["variant"], run["T"]) for run in results["runs"]] == [(v, 256) for v in train_lm.VARIANTS]
+    for run in results["runs"]:
+        assert run["error"] is None and run["stopped"] is None
+        assert run["steps_done"] == len(run["train_loss"]) == len(run["step_ms"]) == 6
+        assert all(math.isfinite(x) for x in run["train_loss"])
+        assert [e["step"] for e in run["eval"]] == [0, 3, 6]
+        first, last = run["eval"][0]["val_loss"], run["eval"][-1]["val_loss"]
+        assert math.isfinite(last) and last < first - 0.2, run["eval"]  # it learns: from ~ln(256)
+        assert run["tokens_per_s"] > 0
+    assert results["meta"]["corpus"]["val_files"] > 0
+    assert (tmp_path / "train_lm.png").stat().st_size > 0
+    table = train_lm.report(results)
+    assert table in r.stdout
+    assert "| dense | 256 | 6 |" in table and "1.00x" in table and "+0.000" in table
+
+
+def test_train_lm_one_step_through_triton_matches_the_reference_backend(tmp_path, capsys):
+    # the GPU run's path: q, k, v as strided views, autograd through the kernels (interpreted here)
+    train_lm = _load_train_lm()
+    losses = {}
+    for backend in ("triton", "reference"):
+        args = ["--smoke", "--variants", "hybrid", "--t", "128", "--batch", "1", "--layers", "1", "--steps", "1",
+                "--val-tokens", "128", "--backend", backend, "--out", str(tmp_path), "--name", backend]  # fmt: skip
+        assert train_lm.main(args) == 0, capsys.readouterr().out
+        (run,) = json.loads((tmp_path / f"{backend}.json").read_text())["runs"]
+        losses[backend] = [run["eval"][0]["val_loss"], run["train_loss"][0], run["eval"][1]["val_loss"]]
+    assert losses["triton"] == pytest.approx(losses["reference"], abs=1e-4)
+
+
+def test_train_lm_plot_and_report_modes(tmp_path, capsys):
+    train_lm = _load_train_lm()
+    out = tmp_path / "r.json"
+    run = {"variant": "dense", "T": 64, "steps_done": 2, "step_ms": [9.0, 1.0], "step_ms_median": 1.0,
+           "tokens_per_s": 64000.0, "eval": [{"step": 0, "train_s": 0, "val_loss": 5.5},
+                                              {"step": 2, "train_s": 0.01, "val_loss": 5.0}]}  # fmt: skip
+    sparse = {**run, "variant": "hash16", "step_ms_median": 0.5, "tokens_per_s": 128000.0,
+              "eval": [{"step": 0, "train_s": 0, "val_loss": 5.5}, {"step": 2, "train_s": 0.01, "val_loss": 5.25}]}  # fmt: skip
+    meta = {"model": {"layers": 1, "width": 8, "heads": 1}, "device_name": "test", "settings": {"speed_skip": 1}}
+    out.write_text(json.dumps({"meta": meta, "runs": [run, sparse, {"variant": "hybrid", "T": 64, "error": "x"}]}))
+    assert train_lm.main(["--plot", str(out)]) == 0
+    assert out.with_suffix(".png").stat().st_size > 0
+    assert train_lm.steady_clock(run, 1) == [0.0, 0.001, 0.002]  # the compile step counts as a steady one
+    assert train_lm.main(["--report", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "| hash16 | 64 | 2 | 0.5 | 128,000 | 2.00x | 5.250 | +0.250 |" in lines
+    assert not any("hybrid" in line for line in lines)  # a failed run has no numbers
+
+
+def _load_train_lm():
+    spec = importlib.util.spec_from_file_location("train_lm", EXAMPLES / TRAIN)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_train_lm_time_budget_stops_cleanly(tmp_path, capsys):
+    train_lm = _load_train_lm()
+    args = ["--smoke", "--variants", "dense,hash16", "--t", "64", "--steps", "100000", "--eval-every", "100000",
+            "--time-budget-s", "2", "--out", str(tmp_path)]  # fmt: skip
+    assert train_lm.main(args) == 0
+    dense, hashed = json.loads((tmp_path / "train_lm.json").read_text())["runs"]
+    assert dense["stopped"].startswith("time budget of") and 1 < dense["steps_done"] < 100000
+    assert dense["eval"][-1]["step"] == dense["steps_done"]  # the last step is evaluated
+    assert hashed["stopped"].startswith(("time budget of", "not run: the time budget"))

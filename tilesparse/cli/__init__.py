@@ -2,7 +2,9 @@
 
 One module per subcommand. Each defines ``add_parser(subparsers)``, which adds its parser and
 sets ``run`` to a function ``(args) -> int`` returning the exit status; :data:`COMMANDS` lists
-them in the order ``--help`` shows. A new subcommand is one module and one entry there.
+them in the order ``--help`` shows. A new subcommand is one module and one entry there. A
+subcommand that sets ``passthrough=True`` gets the arguments it does not know in
+``args.extra`` (``bench`` hands them to the benchmark engine); the others reject them.
 """
 
 from __future__ import annotations
@@ -10,11 +12,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from . import demo, explain
+from . import bench, demo, explain, plot
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
-COMMANDS = (demo, explain)
+COMMANDS = (demo, explain, bench, plot)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,5 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: the process's arguments) and run the chosen subcommand."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "passthrough", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     return args.run(args)

@@ -20,20 +20,25 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_input_arguments(parser: argparse.ArgumentParser, *, seqlen: int, heads: int, head_dim: int) -> None:
-    """Add --batch, --heads, --seqlen, --head-dim, --dtype, --device, --seed with these defaults."""
+def add_input_arguments(
+    parser: argparse.ArgumentParser, *, seqlen: int, heads: int, head_dim: int, shape_only: bool = False
+) -> None:
+    """Add --batch, --heads, --seqlen, --head-dim, --dtype, --device, --seed with these defaults;
+    ``shape_only``: --heads, --seqlen, --head-dim, --seed (batch 1, float32 on the CPU)."""
     group = parser.add_argument_group("inputs (random q, k, v)")
-    for flag, default, metavar, what in (
+    sizes = (
         ("--batch", 1, "B", "batch size"),
         ("--heads", heads, "H", "query heads"),
         ("--seqlen", seqlen, "T", "sequence length"),
         ("--head-dim", head_dim, "D", "head dim, a multiple of 8"),
-    ):
+    )
+    for flag, default, metavar, what in sizes[shape_only:]:
         group.add_argument(
             flag, type=positive_int, default=default, metavar=metavar, help=f"{what} (default: %(default)s)"
         )
-    group.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="input dtype (default: %(default)s)")
-    group.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
+    if not shape_only:
+        group.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="input dtype (default: %(default)s)")
+        group.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
     group.add_argument("--seed", type=int, default=0, help="seeds the inputs and the criteria (default: %(default)s)")
 
 

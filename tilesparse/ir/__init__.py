@@ -1,7 +1,17 @@
 """The IR: lowering specs to programs, preparing runtime index tensors, checking invariants."""
 
 from .inputs import SUPPORTED_DTYPES, AttentionInputs, check_inputs
-from .inspect import element_mask, ideal_tiles, layout_mask_rows, sparsity, tile_map, tile_stats, to_dense, to_string
+from .inspect import (
+    element_mask,
+    ideal_tiles,
+    layout_mask_rows,
+    sparsity,
+    tile_classes,
+    tile_map,
+    tile_stats,
+    to_dense,
+    to_string,
+)
 from .lower import lower
 from .prepare import KEY_SENTINEL, QUERY_SENTINEL, Prepared, PreparedGroup, prepare, prepare_group, resolve_heads
 from .program import (
@@ -49,6 +59,7 @@ __all__ = [
     "sparsity",
     "tile_intervals",
     "visited_tiles",
+    "tile_classes",
     "tile_map",
     "tile_stats",
     "to_dense",

@@ -13,7 +13,17 @@ from .prepare import KEY_SENTINEL, Prepared, PreparedGroup
 from .program import Causal, Keep, NotSelf, SameBucket
 from .tiles import visited_tiles
 
-__all__ = ["element_mask", "ideal_tiles", "layout_mask_rows", "sparsity", "tile_map", "tile_stats", "to_dense", "to_string"]
+__all__ = [
+    "element_mask",
+    "ideal_tiles",
+    "layout_mask_rows",
+    "sparsity",
+    "tile_classes",
+    "tile_map",
+    "tile_stats",
+    "to_dense",
+    "to_string",
+]
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 
@@ -141,27 +151,33 @@ def sparsity(p: Prepared | PreparedGroup, block_n: int | None = None) -> float:
     return 1.0 - visited / max(dense, 1)
 
 
-def to_string(g: PreparedGroup, *, batch: int = 0, head: int = 0, block_n: int | None = None, limit: int = 64) -> str:
-    """ASCII tile map of one (batch, head) in layout order.
+# what a kernel does with a tile, as tile_classes reports it; TILE_CHARS draws them
+SKIPPED, MISSED, VISITED_EMPTY, VISITED_PARTIAL, UNMASKED = range(5)
+TILE_CHARS = ".!o+#"
 
-    ``#`` full tile, run unmasked; ``+`` partial tile, visited; ``o`` visited but empty (the
-    range was not tight); ``.`` empty and skipped; ``!`` holds a kept element but was skipped
-    (never printed by a correct program).
-    """
+
+def tile_classes(g: PreparedGroup, *, batch: int = 0, head: int = 0, block_n: int | None = None) -> Tensor:
+    """(nQB, nKT) int8 for one (batch, head) in layout order: what the kernel does with each
+    tile. ``UNMASKED`` full, run without the mask; ``VISITED_PARTIAL`` visited with the mask;
+    ``VISITED_EMPTY`` visited but empty (the range was not tight); ``SKIPPED`` empty and
+    skipped; ``MISSED`` holds a kept element but was skipped (never, in a correct program)."""
     bn = block_n or g.block_k
     tm = tile_map(g, bn)[batch, head]
-    nk = tm.shape[-1]
-    visited, unmasked = visited_tiles(g.q_ranges[batch, head], g.q_nseg[batch, head], bn, nk)
+    visited, unmasked = visited_tiles(g.q_ranges[batch, head], g.q_nseg[batch, head], bn, tm.shape[-1])
+    visited, unmasked = visited.to(tm.device), unmasked.to(tm.device)
+    out = torch.where(tm == EMPTY, SKIPPED, MISSED)
+    out = torch.where(visited, torch.where(tm == EMPTY, VISITED_EMPTY, VISITED_PARTIAL), out)
+    return torch.where(visited & unmasked, UNMASKED, out).to(torch.int8)
+
+
+def to_string(g: PreparedGroup, *, batch: int = 0, head: int = 0, block_n: int | None = None, limit: int = 64) -> str:
+    """ASCII tile map of one (batch, head) in layout order, one character a tile of
+    :func:`tile_classes`: ``#`` full tile, run unmasked; ``+`` partial tile, visited; ``o``
+    visited but empty (the range was not tight); ``.`` empty and skipped; ``!`` holds a kept
+    element but was skipped (never printed by a correct program).
+    """
+    bn = block_n or g.block_k
+    classes = tile_classes(g, batch=batch, head=head, block_n=bn)[:limit, :limit].tolist()
     lines = [f"head {g.heads[head]} ({g.group.layout.value}), {g.block_q}x{bn} tiles, layout order:"]
-    for m in range(min(tm.shape[0], limit)):
-        row = []
-        for n in range(min(nk, limit)):
-            t, v = int(tm[m, n]), bool(visited[m, n])
-            if not v:
-                row.append("!" if t != EMPTY else ".")
-            elif bool(unmasked[m, n]):
-                row.append("#")
-            else:
-                row.append("o" if t == EMPTY else "+")
-        lines.append("".join(row))
+    lines += ["".join(TILE_CHARS[c] for c in row) for row in classes]
     return "\n".join(lines)

@@ -126,3 +126,24 @@ def test_no_recompiles_over_fifty_steps():
         out.sum().backward()
     torch.cuda.synchronize()
     assert compiled_kernel_count() == before, "fresh decisions recompiled a kernel"
+
+
+@pytest.mark.parametrize("T", [1000, 16384, 50000])
+@pytest.mark.parametrize(
+    "spec",
+    [ts.Hash(buckets=16), ts.Hash(buckets=64), ts.QKDrop(keep=0.5), ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)])],
+    ids=str,
+)
+def test_index_building_matches_torch_prepare(T, spec):
+    """The fused index kernels (counting sort included) against the IR's torch prepare, bit for bit."""
+    from tilesparse.backends.triton.index import build_group
+    from tilesparse.backends.triton.op import tile_config
+    from tilesparse.testing import assert_same_index_tensors
+
+    torch.manual_seed(T)
+    shape = (2, 4, T, 64)
+    q, k = (torch.randn(shape, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    dec = ts.compile(spec, causal=True, backend="triton").decide(q, k)
+    cfg = tile_config(64, torch.bfloat16, DEVICE)
+    for causal in (True, False):
+        assert_same_index_tensors(build_group, spec, dec, shape, causal=causal, blocks=(cfg.block_q, cfg.block_k), device=DEVICE)

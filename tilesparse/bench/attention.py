@@ -995,8 +995,9 @@ def print_table(results: dict, console: Console | None = None) -> None:
     print("\n".join(line.rstrip() for line in cap.get().splitlines()))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     parser = argparse.ArgumentParser(
+        prog=prog,
         description="Time tilesparse against SDPA flash/cuDNN and FlexAttention (see the module docstring)."
     )
     parser.add_argument("--grid", choices=sorted(GRIDS), default="full", help="sizes, patterns (default: %(default)s)")

@@ -35,4 +35,4 @@ def run(args: argparse.Namespace) -> int:
         argv = ["--grid", "quick", *argv]
     if "-h" in argv or "--help" in argv:
         print("python -m tilesparse bench [--quick] [OPTIONS]: --quick is --grid quick; the OPTIONS:\n")
-    return attention.main(argv)
+    return attention.main(argv, prog="python -m tilesparse bench")

@@ -2,11 +2,23 @@
 
 ``specs``, ``decisions`` and ``attention_inputs`` draw patterns, decisions for a pattern and
 inputs; ``assert_equivalent`` checks a compiled op's output and gradients against its
-reference. Needs ``hypothesis`` (the ``test`` extra); importing ``tilesparse`` does not import
+reference; ``assert_same_index_tensors`` checks a backend's own index building
+against the IR's. Needs ``hypothesis`` (the ``test`` extra); importing ``tilesparse`` does not import
 this module.
 """
 
 from .equivalence import assert_equivalent, tolerance
+from .index import INDEX_FIELDS, assert_same_index_tensors
 from .strategies import PART_KINDS, SPEC_KINDS, attention_inputs, decisions, specs
 
-__all__ = ["PART_KINDS", "SPEC_KINDS", "assert_equivalent", "attention_inputs", "decisions", "specs", "tolerance"]
+__all__ = [
+    "INDEX_FIELDS",
+    "PART_KINDS",
+    "SPEC_KINDS",
+    "assert_equivalent",
+    "assert_same_index_tensors",
+    "attention_inputs",
+    "decisions",
+    "specs",
+    "tolerance",
+]

@@ -8,7 +8,8 @@ faster), with the count measured when they were listed: the test fails if anothe
 spills, or a listed one gets worse. It also fails when a
 compiler pass drops the segment loop's skip of tiles the previous segment visited (Triton 3.6
 does that to a loop-carried scalar; see kernels._tiles), and when the gathered tile loads of
-the 16-bit kernels are not software-pipelined (cp.async). ~2.5 minutes on 2 cores (Triton caches builds under build/triton-cache).
+the 16-bit kernels are not software-pipelined (cp.async). The index-building kernels
+(index.py) must compile without in-loop spills too. ~2.5 minutes on 2 cores (Triton caches builds under build/triton-cache).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 import pytest
 import torch
 
-from tilesparse.backends.triton.sm90 import SHARED_LIMIT, variants
+from tilesparse.backends.triton.sm90 import SHARED_LIMIT, index_variants, variants
 
 # (kernel, dtype, head dim, gqa) -> most in-loop LDL/STL over its flag variants, measured on
 # 2026-11-29 (triton 3.6). D <= 64, 16-bit: the 4-warp tiles spill a few registers inside the
@@ -68,6 +69,14 @@ def test_variant_compiles_for_sm90(variant, reports):
     assert r["skips_shared_tiles"], f"{variant}: the previous segment's end was folded away: shared tiles run twice"
     if variant.kernel != "delta" and variant.dtype != torch.float32 and variant.head_dim >= 64:
         assert r["async_gathers"] > 0, f"{variant}: gathered K/V (or Q/dO) tile loads are not pipelined"
+
+
+@pytest.mark.parametrize("name,constexprs", index_variants(), ids=lambda x: x if isinstance(x, str) else None)
+def test_index_kernel_compiles_for_sm90(name, constexprs, reports):
+    r = reports.get(f"index {name} {constexprs}")
+    assert r is not None, f"index kernel {name} {constexprs} was not compiled"
+    assert r["shared"] <= SHARED_LIMIT, f"{name} {constexprs}: {r['shared']} bytes of shared memory > {SHARED_LIMIT}"
+    assert r["loop_spills"] == 0, f"{name} {constexprs}: {r['loop_spills']} spill loads/stores inside loops ({r})"
 
 
 def test_loop_spill_reader_sees_spills():

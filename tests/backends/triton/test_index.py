@@ -4,31 +4,18 @@ same layout tensors, segments and ranges, bit for bit, on random specs and decis
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tilesparse.backends.triton.index import build_group
-from tilesparse.ir import lower, prepare_group, resolve_heads
 from tilesparse.testing import decisions, specs
+from tilesparse.testing import index as testing_index
 
-FIELDS = ("q_order", "q_pos", "q_bucket", "k_order", "k_pos", "k_bucket", "q_ranges", "q_nseg", "k_ranges", "k_nseg")
 
-
-def assert_same_index_tensors(spec, dec, shape, causal, blocks, device="cpu"):
-    B, H, T, _ = shape
-    program = lower(spec, causal=causal, block_q=blocks[0], block_k=blocks[1])
-    for group, heads in zip(program.groups, resolve_heads(program, H), strict=True):
-        if not heads:
-            continue
-        want = prepare_group(program, group, heads, dec, batch=B, heads=H, seqlen=T, device=device)
-        got = build_group(program, group, heads, dec, batch=B, n_heads=H, seqlen=T, device=torch.device(device))
-        for name in FIELDS:
-            a, b = getattr(want, name), getattr(got, name)
-            assert a.shape == b.shape and a.dtype == b.dtype, f"{name}: {b.dtype} {tuple(b.shape)} != {a.dtype} {tuple(a.shape)}"
-            if not torch.equal(a, b):
-                where = (a != b).nonzero()[0].tolist()
-                raise AssertionError(f"{group.describe()}: {name} differs first at {where}")
+def assert_same_index_tensors(spec, dec, shape, causal, blocks):
+    testing_index.assert_same_index_tensors(build_group, spec, dec, shape, causal=causal, blocks=blocks)
 
 
 @settings(max_examples=12)
@@ -43,3 +30,26 @@ def test_fused_index_building_matches_torch(data, T, causal, blocks):
     spec = data.draw(specs(heads=2, kinds=("dense", "qk_drop", "hash", "hybrid"), max_buckets=20))
     dec = data.draw(decisions(spec, shape))
     assert_same_index_tensors(spec, dec, shape, causal, blocks)
+
+
+@settings(max_examples=10)
+@given(data=st.data(), T=st.integers(1, 120), causal=st.booleans())
+def test_counting_sort_across_many_chunks(data, T, causal, monkeypatch_chunks):
+    """Tiny chunks (16-32 rows) and scan steps: the counting sort's carries between chunks and
+    between scan steps are exercised at interpreter sizes."""
+    shape = (data.draw(st.integers(1, 2)), 2, T, 16)
+    spec = data.draw(specs(heads=2, kinds=("qk_drop", "hash", "hybrid"), max_buckets=40))
+    dec = data.draw(decisions(spec, shape))
+    assert_same_index_tensors(spec, dec, shape, causal, (16, 16))
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_chunks():
+    from tilesparse.backends.triton import index
+
+    old = index._ONE_HOT
+    index._ONE_HOT = 64
+    index._static.cache_clear()
+    yield
+    index._ONE_HOT = old
+    index._static.cache_clear()

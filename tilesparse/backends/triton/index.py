@@ -2,15 +2,21 @@
 :func:`tilesparse.ir.prepare_group`, in five launches instead of ~70 small torch ops.
 
 1. ``_sort_keys`` (one launch, both sides): key = bucket * T + position for a kept row,
-   ``big + position`` for a dropped one (int32);
-2. ``torch.sort`` of each side's keys (radix sort on CUDA; skipped for the identity layout);
+   ``big + position`` for a dropped one (int32), and per chunk of rows a histogram of the
+   rows' categories (the bucket, or ``buckets`` for a dropped row);
+2. ``_scan_counts`` and ``_scatter_sorted`` (one launch each, both sides): a stable counting
+   sort of the keys by category. Positions ascend within a chunk and chunks ascend, so the
+   result is the keys in ascending order, as a sort would give, in O(T); a row's destination
+   is its category's start, plus the rows of that category in earlier chunks, plus those
+   before it in its own chunk (skipped for the identity layout);
 3. ``_build_side`` (one launch per side): per block of the layout, the int32 row order,
    position and bucket of every row, the bucket segments (run starts and ends found from the
    neighbouring keys, numbered with a cumulative sum) and each segment's row range on the
    other side, by vectorized binary searches in the other side's sorted keys.
 
 The torch implementation in ``ir/prepare.py`` is the specification: tests check the two give
-identical tensors (tests/backends/triton/test_index.py, CPU interpreter and GPU).
+identical tensors (tests/backends/triton/test_index.py on the CPU interpreter,
+tests/gpu/test_triton_gpu.py on the GPU).
 """
 
 from __future__ import annotations
@@ -30,33 +36,84 @@ from .op import predicate_flags
 __all__ = ["build_group"]
 
 
-@triton.jit(do_not_specialize=["seqlen", "big"])
-def _sort_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, Q_KEY, K_KEY, seqlen, big,
-               HAS_KEEP: tl.constexpr, HAS_BUCKET: tl.constexpr, BLOCK: tl.constexpr):
-    """Sort keys of both sides: bucket * T + position, or big + position when dropped."""
+@triton.jit(do_not_specialize=["seqlen", "big", "n_chunks"])
+def _sort_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, KEYS, COUNTS, seqlen, big, n_chunks,
+               HAS_KEEP: tl.constexpr, HAS_BUCKET: tl.constexpr, N_CAT: tl.constexpr, CAT_PAD: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """Sort keys of one chunk of one side: bucket * T + position, or big + position when
+    dropped; and the chunk's count of rows per category (bucket; ``N_CAT - 1``: dropped)."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     side = tl.program_id(2)
+    n_bh = tl.num_programs(1)
     base = bh.to(tl.int64) * seqlen
     rows = pid * BLOCK + tl.arange(0, BLOCK)
     ok = rows < seqlen
     key = rows
+    cat = tl.zeros_like(rows)
     if HAS_BUCKET:
         if side == 0:
             b = tl.load(Q_BKT + base + rows, mask=ok, other=0)
         else:
             b = tl.load(K_BKT + base + rows, mask=ok, other=0)
-        key = b.to(tl.int32) * seqlen + rows
+        cat = b.to(tl.int32)
+        key = cat * seqlen + rows
     if HAS_KEEP:
         if side == 0:
             keep = tl.load(Q_KEEP + base + rows, mask=ok, other=0)
         else:
             keep = tl.load(K_KEEP + base + rows, mask=ok, other=0)
         key = tl.where(keep != 0, key, big + rows)
-    if side == 0:
-        tl.store(Q_KEY + base + rows, key, mask=ok)
-    else:
-        tl.store(K_KEY + base + rows, key, mask=ok)
+        cat = tl.where(keep != 0, cat, N_CAT - 1)
+    tl.store(KEYS + (side * n_bh).to(tl.int64) * seqlen + base + rows, key, mask=ok)
+    cats = tl.arange(0, CAT_PAD)
+    one_hot = ((cat[:, None] == cats[None, :]) & ok[:, None]).to(tl.int32)
+    counts = tl.sum(one_hot, 0)
+    tl.store(COUNTS + ((side * n_bh + bh).to(tl.int64) * n_chunks + pid) * CAT_PAD + cats, counts)
+
+
+@triton.jit(do_not_specialize=["n_chunks"])
+def _scan_counts(COUNTS, n_chunks, CAT_PAD: tl.constexpr, CHUNKS: tl.constexpr):
+    """In place, per (side, batch x head): each chunk's count per category becomes where the
+    chunk's first row of that category goes (category start + earlier chunks' rows).
+    CHUNKS chunks' counts at a time."""
+    row = COUNTS + tl.program_id(0).to(tl.int64) * n_chunks * CAT_PAD
+    cats = tl.arange(0, CAT_PAD)
+    chunks = tl.arange(0, CHUNKS)
+    total = tl.zeros([CAT_PAD], dtype=tl.int32)
+    for c0 in range(0, n_chunks, CHUNKS):
+        ok = (c0 + chunks < n_chunks)[:, None]
+        total += tl.sum(tl.load(row + (c0 + chunks)[:, None] * CAT_PAD + cats[None, :], mask=ok, other=0), 0)
+    running = tl.cumsum(total, 0) - total  # each category's first row
+    for c0 in range(0, n_chunks, CHUNKS):
+        ok = (c0 + chunks < n_chunks)[:, None]
+        ptrs = row + (c0 + chunks)[:, None] * CAT_PAD + cats[None, :]
+        here = tl.load(ptrs, mask=ok, other=0)
+        tl.store(ptrs, running[None, :] + tl.cumsum(here, 0) - here, mask=ok)
+        running += tl.sum(here, 0)
+
+
+@triton.jit(do_not_specialize=["seqlen", "big", "n_chunks"])
+def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
+                    N_CAT: tl.constexpr, CAT_PAD: tl.constexpr, BLOCK: tl.constexpr):
+    """Each row of one chunk to its place in the sorted order: its key to SKEY, its position
+    to ORDER."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    side = tl.program_id(2)
+    row_base = (side * tl.num_programs(1) + bh).to(tl.int64) * seqlen
+    rows = pid * BLOCK + tl.arange(0, BLOCK)
+    ok = rows < seqlen
+    key = tl.load(KEYS + row_base + rows, mask=ok, other=0)
+    cat = tl.where(key < big, key // seqlen, N_CAT - 1)
+    cats = tl.arange(0, CAT_PAD)
+    one_hot = ((cat[:, None] == cats[None, :]) & ok[:, None]).to(tl.int32)
+    start = tl.load(OFFSETS + ((side * tl.num_programs(1) + bh).to(tl.int64) * n_chunks + pid) * CAT_PAD + cats)
+    # rows of the same category before this one in the chunk, plus where the chunk's start
+    before = tl.sum((tl.cumsum(one_hot, 0) - one_hot) * one_hot, 1)
+    dest = tl.sum(one_hot * start[None, :], 1) + before
+    tl.store(SKEY + row_base + dest, key, mask=ok)
+    tl.store(ORDER + row_base + dest, rows, mask=ok)
 
 
 @triton.jit
@@ -179,12 +236,28 @@ class _Static:
     has_bucket: bool
     big: int
     n_steps: int
+    # the counting sort: categories (buckets, then "dropped"), padded to a power of two; rows
+    # per chunk; chunks per side; chunks per step of the scan
+    n_cat: int
+    cat_pad: int
+    sort_block: int
+    n_chunks: int
+    scan_chunks: int
     flags: dict
     # per side: (blocks, rows per block, segment slots, sentinel, dropped bucket)
     sides: tuple[tuple[int, int, int, int, int], tuple[int, int, int, int, int]]
     # int32 elements of the one buffer every index tensor is a view of (keys unless identity,
     # then per side order, pos, bucket, ranges, nseg), each view starting 16-byte aligned
     total: int
+
+
+# elements of a (rows x categories) one-hot tile in the counting sort's kernels
+_ONE_HOT = 8192
+
+
+def _sort_block(cat_pad: int) -> int:
+    """Rows per chunk of the counting sort: a chunk's one-hot tile stays _ONE_HOT elements."""
+    return max(16, min(1024, _ONE_HOT // cat_pad))
 
 
 def _aligned(n: int) -> int:
@@ -202,7 +275,12 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
     flags.pop("SAME_BUCKET")  # the bucket is part of every sort key already
     flags["IDENTITY"] = identity
     sides = []
-    total = 0 if identity else _aligned(2 * B * Hg * T)
+    n_cat = group.buckets + 1
+    cat_pad = triton.next_power_of_2(n_cat)
+    sort_block = _sort_block(cat_pad)
+    n_chunks = triton.cdiv(T, sort_block)
+    # unsorted keys, sorted keys, orders (both sides each), the per-chunk category counts
+    total = 0 if identity else 3 * _aligned(2 * B * Hg * T) + _aligned(2 * B * Hg * n_chunks * cat_pad)
     for block, sentinel, dropped in ((block_q, QUERY_SENTINEL, DROPPED_Q_BUCKET), (block_k, KEY_SENTINEL, DROPPED_K_BUCKET)):
         nb = triton.cdiv(T, block)
         S = max(1, min(block, group.buckets))
@@ -214,6 +292,11 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
         has_bucket=group.has(SameBucket),
         big=big,
         n_steps=max(1, math.ceil(math.log2(T + 1))),
+        n_cat=n_cat,
+        cat_pad=cat_pad,
+        sort_block=sort_block,
+        n_chunks=n_chunks,
+        scan_chunks=max(1, min(triton.next_power_of_2(n_chunks), _ONE_HOT // 4 // cat_pad)),
         flags=flags,
         sides=tuple(sides),
         total=total,
@@ -249,15 +332,18 @@ def build_group(
     orders: list[torch.Tensor | None] = [None, None]
     if not st.identity:
         sel = lambda t: _select(t, heads, n_heads).contiguous()  # noqa: E731
-        keys = take(2, B, Hg, T)
+        keys, skeys, order = take(2, B, Hg, T), take(2, B, Hg, T), take(2, B, Hg, T)
+        counts = take(2, B * Hg, st.n_chunks, st.cat_pad)
         q_keep, k_keep = (sel(dec.q_keep), sel(dec.k_keep)) if st.keep else (keys, keys)
         q_bkt, k_bkt = (sel(dec.q_bucket), sel(dec.k_bucket)) if st.has_bucket else (keys, keys)
-        block = 1024
-        _sort_keys[(triton.cdiv(T, block), B * Hg, 2)](
-            q_keep, k_keep, q_bkt, k_bkt, keys[0], keys[1], T, st.big,
-            HAS_KEEP=st.keep, HAS_BUCKET=st.has_bucket, BLOCK=block,
+        grid = (st.n_chunks, B * Hg, 2)
+        sort = dict(N_CAT=st.n_cat, CAT_PAD=st.cat_pad, BLOCK=st.sort_block)
+        _sort_keys[grid](
+            q_keep, k_keep, q_bkt, k_bkt, keys, counts, T, st.big, st.n_chunks,
+            HAS_KEEP=st.keep, HAS_BUCKET=st.has_bucket, **sort,
         )  # fmt: skip
-        skeys, order = torch.sort(keys, dim=-1)  # both sides in one call
+        _scan_counts[(2 * B * Hg,)](counts, st.n_chunks, CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
+        _scatter_sorted[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort)
         sorted_keys, orders = [skeys[0], skeys[1]], [order[0], order[1]]
     out = {}
     for side, (nb, block, S, sentinel, dropped) in enumerate(st.sides):

@@ -21,7 +21,16 @@ import torch
 from . import kernels
 from .op import TileConfig, _block_d, _precision, tile_config
 
-__all__ = ["SHARED_LIMIT", "Report", "Variant", "compile_variant", "report", "variants"]
+__all__ = [
+    "SHARED_LIMIT",
+    "Report",
+    "Variant",
+    "compile_index_kernel",
+    "compile_variant",
+    "index_variants",
+    "report",
+    "variants",
+]
 
 SHARED_LIMIT = 232_448  # bytes of shared memory a block may use on sm_90
 
@@ -205,6 +214,46 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
     return list(dict.fromkeys(out))
 
 
+def index_variants() -> list[tuple[str, dict]]:
+    """The index-building kernels (index.py) as (kernel name, constexprs): every switch and
+    category padding from 2 (drop only) to 128 (64 buckets and dropped rows)."""
+    from . import index
+
+    out = []
+    for cat_pad in (2, 4, 32, 128):
+        n_cat, block = max(2, cat_pad - 1), index._sort_block(cat_pad)
+        for keep, bucket in ((True, False), (False, True), (True, True)):
+            out.append(("_sort_keys", dict(HAS_KEEP=keep, HAS_BUCKET=bucket, N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block)))
+        out.append(("_scan_counts", dict(CAT_PAD=cat_pad, CHUNKS=max(1, index._ONE_HOT // 4 // cat_pad))))
+        out.append(("_scatter_sorted", dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block)))
+    for query_side in (True, False):
+        for causal, strict, not_self, identity in ((True, False, False, False), (True, True, False, True), (False, False, True, False)):
+            out.append(("_build_side", dict(
+                SENTINEL=-1 if query_side else 1 << 30, DROPPED_BUCKET=-1, BLOCK=128, MAX_SEG=16, QUERY_SIDE=query_side,
+                CAUSAL=causal, STRICT=strict, NOT_SELF=not_self, IDENTITY=identity,
+            )))  # fmt: skip
+    return out
+
+
+def compile_index_kernel(name: str, constexprs: dict):
+    """Compile one index-building kernel for sm_90 (keep and bucket inputs as a launch gives them)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from . import index
+
+    os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
+    fn = getattr(index, name)
+    inputs = {"Q_KEEP": "*i1", "K_KEEP": "*i1", "Q_BKT": "*i64", "K_BKT": "*i64"}
+    sig = {
+        n: "constexpr" if n in constexprs else inputs.get(n, "*i32") if n.isupper() else "i32" for n in fn.arg_names
+    }
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
+    src = ASTSource(fn, sig, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=3))
+
+
 def main() -> None:
     """Compile every variant and print one JSON line per variant (run without the interpreter:
     ``TRITON_INTERPRET=0 python -m tilesparse.backends.triton.sm90``)."""
@@ -218,6 +267,9 @@ def main() -> None:
         r = report(compile_variant(v))
         row = dict(variant=str(v), kernel=v.kernel, dtype=str(v.dtype), head_dim=v.head_dim, gqa=v.gqa)
         print(json.dumps({**row, **r.__dict__}), flush=True)
+    for name, const in index_variants():
+        r = report(compile_index_kernel(name, const))
+        print(json.dumps({"variant": f"index {name} {const}", "kernel": name, **r.__dict__}), flush=True)
 
 
 if __name__ == "__main__":

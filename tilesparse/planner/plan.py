@@ -1,29 +1,37 @@
-"""Planning: which backend runs each head group, and the stage graph that records it.
+"""Planning: which backend runs each head group, by estimated cost, and the stage graph.
 
-Every head group goes through decide -> layout -> ranges -> attend. Each backend says which
-groups it cannot run and why (``not_supported_reasons``); ``backend="auto"`` walks the
-device's candidates in priority order and takes the first with no reasons, a forced backend is
-checked the same way, and when nothing qualifies the error lists every candidate with its
-reasons. A backend that gathers and scatters rows itself contracts gather -> attend -> scatter
-into one node of the graph; that contraction is a recorded fusion.
+Every head group goes through decide -> layout -> ranges -> attend (-> merge into the output
+when the plan has several groups). For each group the planner
+
+1. replaces the group by an exactly equivalent dense one when its mask is statically trivial
+   (``simplify``): one hash bucket keeps every pair, a feature support of all D features is
+   the plain dot. Only then may dense attention run a sparse spec: a high visited fraction
+   alone never sends a drop or hash mask to dense attention, since that would change the
+   result; the plan notes when dense attention would have been cheaper;
+2. asks every candidate backend for its reasons not to run the group
+   (``not_supported_reasons``, the single source of truth); with ``backend="auto"`` every
+   registered backend is a candidate, and one without a cost entry for the device is refused
+   with that reason; a forced backend is checked the same way;
+3. prices the others with the cost model (planner/cost.py: fixed + per visited tile, with the
+   visited fraction estimated from the spec) and takes the cheapest; ties go to registration
+   order. When nothing qualifies, the error lists every candidate with its reasons, in the
+   format explain() uses for the refusals of a plan that succeeded.
+
+A backend's stage chains (``FUSIONS``) are contracted into one node of the graph each; every
+contraction is a recorded fusion.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 
 from ..backends import REGISTRY, Backend
-from ..ir import AttentionInputs, HeadGroup, Program, resolve_heads
+from ..ir import AttentionInputs, Causal, DotScore, FeatureDotScore, HeadGroup, Layout, Program, SameBucket, resolve_heads
+from .cost import CostTable, Shape, default_costs, estimate_visited
 
-__all__ = ["AUTO_ORDER", "Assignment", "NoBackendError", "Plan", "make_plan"]
-
-# candidates for backend="auto", in priority order, per device type
-AUTO_ORDER: dict[str, tuple[str, ...]] = {
-    "cuda": ("sdpa", "triton", "reference"),
-    "cpu": ("reference",),
-}
+__all__ = ["Assignment", "NoBackendError", "Plan", "format_refusals", "make_plan", "shape_of", "simplify"]
 
 
 class NoBackendError(RuntimeError):
@@ -32,12 +40,22 @@ class NoBackendError(RuntimeError):
 
 @dataclass(frozen=True)
 class Assignment:
-    """One head group, its resolved heads, the backend that runs it and those refused first."""
+    """One head group as it runs, its heads, its backend, and how the choice was made.
+
+    ``lowered`` is the group the spec lowered to when ``group`` is its exact simplification;
+    ``costs`` the estimated ms of every backend that could run it, cheapest first; ``visited``
+    the estimated fraction of dense tiles a tile-skipping kernel visits; ``notes`` what the
+    planner wants a reader to know (simplifications, a cheaper dense plan it may not use).
+    """
 
     group: HeadGroup
     heads: tuple[int, ...]
     backend: Backend
     refused: tuple[tuple[str, tuple[str, ...]], ...]
+    costs: tuple[tuple[str, float], ...] = ()
+    visited: float = 1.0
+    notes: tuple[str, ...] = ()
+    lowered: HeadGroup | None = None
 
 
 @dataclass(frozen=True)
@@ -48,18 +66,47 @@ class Plan:
     assignments: tuple[Assignment, ...]
     graph: nx.DiGraph
     fusions: tuple[str, ...]
+    mode: str = "fwd"
 
     def describe(self) -> str:
-        lines = [f"blocks: block_q={self.program.block_q} block_k={self.program.block_k}"]
+        lines = [f"blocks: block_q={self.program.block_q} block_k={self.program.block_k}; priced for {self.mode}"]
         for i, a in enumerate(self.assignments):
             lines.append(f"group {i}: {a.group.describe()} -> {a.backend.NAME} (heads {list(a.heads)})")
             stages = [n for n in nx.topological_sort(self.graph) if self.graph.nodes[n]["group"] == i]
             lines.append("  stages: " + " -> ".join(f"{n.split(':', 1)[1]}[{self.graph.nodes[n]['backend']}]" for n in stages))
-            for name, reasons in a.refused:
-                lines.append(f"  refused {name}: {'; '.join(reasons)}")
+            if a.costs:
+                est = ", ".join(f"{n} {ms:.3g} ms" for n, ms in a.costs)
+                lines.append(f"  estimated: {est}; visited tiles {100 * a.visited:.1f}%")
+            lines += [f"  note: {n}" for n in a.notes]
+            lines += [f"  refused {line}" for line in format_refusals(a.refused)]
         if self.fusions:
             lines.append("fusions: " + "; ".join(self.fusions))
         return "\n".join(lines)
+
+
+def format_refusals(refused) -> list[str]:
+    """``name: reason; reason`` per refused backend (errors and explain() share the format)."""
+    return [f"{name}: {'; '.join(reasons)}" for name, reasons in refused]
+
+
+def simplify(group: HeadGroup, head_dim: int) -> tuple[HeadGroup, str | None]:
+    """The group with every predicate and score part that is true for any valid decisions
+    removed, and what was removed (None when nothing was). Exact by construction: one bucket
+    value means every kept pair shares it; k = D distinct features are all the features."""
+    new, why = group, []
+    if group.has(SameBucket) and group.buckets == 1:
+        preds = tuple(p for p in group.predicates if not isinstance(p, SameBucket))
+        new = replace(new, predicates=preds, layout=Layout.of(compact=group.layout.compacts, sort=False))
+        why.append("one bucket: every pair shares it, so no sort and no bucket test")
+    if isinstance(group.score, FeatureDotScore) and group.score.k >= head_dim:
+        new = replace(new, score=DotScore())
+        why.append(f"k={group.score.k} features of D={head_dim}: the plain dot")
+    return new, ("; ".join(why) if why else None)
+
+
+def shape_of(inputs: AttentionInputs, heads: int, causal: bool) -> Shape:
+    mode = "fwd_bwd" if inputs.requires_grad else "fwd"
+    return Shape(inputs.batch, heads, inputs.seqlen, inputs.head_dim, inputs.dtype, mode, causal)
 
 
 def _reasons(name: str, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
@@ -69,71 +116,118 @@ def _reasons(name: str, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
     return backend.not_supported_reasons(group, inputs)
 
 
-def make_plan(program: Program, inputs: AttentionInputs, *, backend: str = "auto", has_decide: bool) -> Plan:
-    """Assign a backend to every head group of ``program`` and build the stage graph."""
-    if backend == "auto":
-        order = AUTO_ORDER.get(inputs.device.type, ("reference",))
-    else:
-        order = (backend,)
-    assignments = []
-    for group, heads in zip(program.groups, resolve_heads(program, inputs.heads), strict=True):
-        if not heads:
-            continue
-        refused = []
-        for name in order:
-            reasons = _reasons(name, group, inputs)
-            if not reasons:
-                assignments.append(Assignment(group, tuple(heads), REGISTRY[name], tuple(refused)))
-                break
+def _choose(
+    group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs, backend: str, costs: CostTable
+) -> tuple[Backend | None, list, list[tuple[str, float]], float]:
+    """(cheapest backend or None, refusals, prices cheapest first, estimated visited fraction)."""
+    names = tuple(REGISTRY) if backend == "auto" else (backend,)
+    shape = shape_of(inputs, len(heads), group.causal is not None)
+    visited = estimate_visited(group, inputs.seqlen)
+    refused, priced = [], []
+    for name in names:
+        reasons = _reasons(name, group, inputs)
+        entry = costs.entry(inputs.device.type, name)
+        if backend == "auto" and entry is None:
+            reasons.append(
+                f"no cost entry for {inputs.device.type} in the cost model (planner/costs.json); backend={name!r} forces it"
+            )
+        if reasons:
             refused.append((name, tuple(reasons)))
         else:
-            detail = "\n".join(f"  {n}: {'; '.join(r)}" for n, r in refused)
+            priced.append((name, entry.ms(shape, visited) if entry else float("inf")))
+    order = {n: i for i, n in enumerate(names)}
+    priced.sort(key=lambda p: (p[1], order[p[0]]))
+    return (REGISTRY[priced[0][0]] if priced else None), refused, priced, visited
+
+
+def _dense_note(group: HeadGroup, heads, inputs, chosen: tuple[str, float], costs: CostTable) -> str | None:
+    """Say so when dense attention would be cheaper than the sparse plan but is not exact."""
+    dense = HeadGroup(group.heads, Layout.IDENTITY, tuple(p for p in group.predicates if isinstance(p, Causal)), DotScore())
+    if dense == group:
+        return None
+    best, _, priced, _ = _choose(dense, heads, inputs, "auto", costs)
+    if best is None or priced[0][1] >= chosen[1]:
+        return None
+    return (
+        f"dense attention ({best.NAME}, est. {priced[0][1]:.3g} ms) would be cheaper than {chosen[0]} "
+        f"(est. {chosen[1]:.3g} ms) but is not exact for this mask; the sparse plan runs"
+    )
+
+
+def make_plan(
+    program: Program,
+    inputs: AttentionInputs,
+    *,
+    backend: str = "auto",
+    has_decide: bool,
+    costs: CostTable | None = None,
+) -> Plan:
+    """Assign a backend to every head group of ``program`` and build the stage graph."""
+    costs = costs or default_costs()
+    assignments, groups = [], []
+    for lowered, heads in zip(program.groups, resolve_heads(program, inputs.heads), strict=True):
+        group, why = simplify(lowered, inputs.head_dim)
+        groups.append(group)
+        if not heads:
+            continue
+        chosen, refused, priced, visited = _choose(group, tuple(heads), inputs, backend, costs)
+        if chosen is None:
+            detail = "\n".join(f"  {line}" for line in format_refusals(refused))
             what = "no backend can" if backend == "auto" else f"backend {backend!r} cannot"
             raise NoBackendError(f"{what} run head group {group.describe()}:\n{detail}")
+        notes = [f"simplified exactly from {lowered.describe()}: {why}"] if why else []
+        if backend == "auto" and (note := _dense_note(group, tuple(heads), inputs, priced[0], costs)):
+            notes.append(note)
+        assignments.append(
+            Assignment(group, tuple(heads), chosen, tuple(refused), tuple(priced), visited, tuple(notes),
+                       lowered if why else None)
+        )  # fmt: skip
+    program = replace(program, groups=tuple(groups))  # as run: prepare() builds these groups
     prepared = [a.backend for a in assignments if a.backend.needs_prepare]
     if prepared:
         program = program.with_blocks(*prepared[0].blocks(inputs))
     graph, fusions = _stage_graph(assignments, has_decide)
-    return Plan(program, tuple(assignments), graph, fusions)
+    return Plan(program, tuple(assignments), graph, fusions, "fwd_bwd" if inputs.requires_grad else "fwd")
 
 
 def _stage_graph(assignments: list[Assignment], has_decide: bool) -> tuple[nx.DiGraph, tuple[str, ...]]:
-    """decide -> layout -> ranges -> gather -> attend -> scatter per group, with the stages a
-    backend runs as one kernel contracted into one node (each contraction is a fusion)."""
+    """decide -> layout -> ranges -> gather -> attend -> scatter (-> merge) per group; the
+    stages a backend does not run itself are the IR's torch code, and each of its FUSIONS is
+    contracted into one node (a recorded fusion)."""
     graph = nx.DiGraph()
     fusions = []
     for i, a in enumerate(assignments):
         b = a.backend
-        stages: list[tuple[str, str]] = [("decide", "torch")] if has_decide and a.group.heads is None else []
+        own = lambda s: b.NAME if s in b.STAGES else "torch"  # noqa: E731
+        stages: list[tuple[str, str]] = [("decide", own("decide"))] if has_decide and a.group.heads is None else []
         if b.needs_prepare:
-            stages += [("layout", "torch"), ("ranges", "torch"), ("gather", "torch"), ("attend", b.NAME), ("scatter", "torch")]
+            stages += [(s, own(s)) for s in ("layout", "ranges")]
+            # a backend that reads rows through the index tensors gathers and scatters nothing
+            stages += [(s, b.NAME) for s in ("gather", "attend", "scatter") if s in b.STAGES]
         else:
             stages.append(("attend", b.NAME))
-        for s, backend in stages:
-            graph.add_node(f"{i}:{s}", group=i, backend=backend)
-        graph.add_edges_from(
-            (f"{i}:{x}", f"{i}:{y}") for (x, _), (y, _) in zip(stages, stages[1:], strict=False)
-        )
-        if getattr(b, "FUSES_INDEX_BUILDING", False):
-            graph = _contract(graph, i, ("layout", "ranges"), b.NAME)
-            fusions.append(f"group {i}: layout+ranges in {b.NAME} kernels (sort keys, one sort, one block pass per side)")
-        if getattr(b, "FUSES_GATHER_SCATTER", False):
-            graph = _contract(graph, i, ("gather", "attend", "scatter"), b.NAME)
-            fusions.append(f"group {i}: gather+attend+scatter in one {b.NAME} kernel (rows read and written through the layout's order)")
-        elif b.needs_prepare:
-            # a dense-math backend gathers nothing: its attend reads the index tensors itself
-            graph = _contract(graph, i, ("gather", "attend", "scatter"), b.NAME, name="attend")
+        if len(assignments) > 1:
+            stages.append(("merge", "torch"))  # the group's heads written into the output
+        for s, who in stages:
+            graph.add_node(f"{i}:{s}", group=i, backend=who)
+        graph.add_edges_from((f"{i}:{x}", f"{i}:{y}") for (x, _), (y, _) in zip(stages, stages[1:], strict=False))
+        names = [s for s, _ in stages]
+        for chain in b.FUSIONS:
+            if all(s in names for s in chain):
+                graph = _contract(graph, i, chain, b.NAME)
+                fusions.append(f"group {i}: {'+'.join(chain)} in one {b.NAME} kernel")
     return graph, tuple(fusions)
 
 
-def _contract(graph: nx.DiGraph, group: int, stages: tuple[str, ...], backend: str, name: str | None = None) -> nx.DiGraph:
-    """Merge a chain of a group's stages into one node named ``a+b+c`` (or ``name``)."""
+def _contract(graph: nx.DiGraph, group: int, stages: tuple[str, ...], backend: str) -> nx.DiGraph:
+    """Merge a chain of a group's stages into one node named ``a+b+c``."""
     nodes = [f"{group}:{s}" for s in stages]
     keep = nodes[0]
     for n in nodes[1:]:
         graph = nx.contracted_nodes(graph, keep, n, self_loops=False)
-    merged = f"{group}:{name or '+'.join(stages)}"
+    merged = f"{group}:{'+'.join(stages)}"
     graph = nx.relabel_nodes(graph, {keep: merged})
     graph.nodes[merged].pop("contraction", None)
     graph.nodes[merged]["backend"] = backend
     return graph
+

@@ -160,7 +160,7 @@ class CompiledAttention:
         outs, prepared = [], []
         for a in plan.assignments:
             if a.backend.needs_prepare:
-                g = a.backend.prepare(plan.program, a.group, a.heads, dec, inputs)
+                g = a.backend.prepare(plan.program, a.group, a.heads, _with_dense_heads(dec, a.dense_heads), inputs)
                 prepared.append(g)
                 outs.append((a.heads, a.backend.attend(g, inputs)))
             else:
@@ -191,7 +191,10 @@ class CompiledAttention:
         self._check_spec_fits(inputs)
         dec = self._decisions(inputs, decisions, generator)
         plan = self._plan(inputs)
-        groups = tuple(a.backend.prepare(plan.program, a.group, a.heads, dec, inputs) for a in plan.assignments)
+        groups = tuple(
+            a.backend.prepare(plan.program, a.group, a.heads, _with_dense_heads(dec, a.dense_heads), inputs)
+            for a in plan.assignments
+        )
         return Prepared(plan.program, groups, inputs.batch, inputs.heads, inputs.seqlen)
 
     # -- the semantics ------------------------------------------------------------------------
@@ -254,6 +257,20 @@ def _tile_line(g: PreparedGroup) -> str:
     s = tile_stats(g, exact=False)
     causal = " causal" if g.group.causal else ""
     return f"visited {s['visited']} of {s['dense_tiles']} dense{causal} ({100 * s['visited_fraction']:.1f}%), {s['unmasked']} without mask"
+
+
+def _with_dense_heads(dec: Decisions, heads: tuple[int, ...]) -> Decisions:
+    """``dec`` with every token kept and in bucket 0 on ``heads``: a keep and same-bucket mask
+    that is exactly dense attention there (the planner fuses PerHead's dense heads this way)."""
+    if not heads:
+        return dec
+    fields = {}
+    for name, t in dec.items():
+        if t is not None and name.endswith(("_keep", "_bucket")):
+            t = t.clone()
+            t[:, list(heads)] = name.endswith("_keep")  # True for keep, 0 for bucket
+        fields[name] = t
+    return Decisions(**fields).trusted(None)
 
 
 def _size_bucket(n: int) -> int:

@@ -6,6 +6,9 @@ when gradients are needed) and a host floor::
     ms = max(floor_ms, prepare.fixed_ms + prepare.per_unit_ms * rows
                        + attend.fixed_ms + attend.per_unit_ms * tiles) * dtype_factor
 
+and a plan of several calls (head groups) costs max(sum of floors, sum of work): host work
+and device work overlap.
+
 ``tiles`` counts work in one unit for every backend: 128 x 64 tiles of D = 64 (a tile of
 D = 128 counts twice), over every (batch, head) of the group; a tile-skipping backend
 (``skips_tiles``) pays only the visited fraction of the dense (causal) tiles, a dense one pays
@@ -124,13 +127,19 @@ class BackendCost:
 
     def ms(self, shape: Shape, fraction: float) -> float:
         """Estimated milliseconds of one call of the group at ``fraction`` of tiles visited."""
+        floor, work = self.split(shape, fraction)
+        return max(floor, work)
+
+    def split(self, shape: Shape, fraction: float) -> tuple[float, float]:
+        """(host floor, stage work) in ms: a plan of several calls costs the larger of their
+        floors' sum and their work's sum (host and device overlap)."""
         tiles = shape.dense_units * (fraction if self.skips_tiles else 1.0)
-        total = 0.0
+        work = 0.0
         for stage, lines in self.stages.items():
             line = lines.get(shape.mode) or lines["fwd"]
-            total += line(shape.row_units if stage == "prepare" else tiles)
+            work += line(shape.row_units if stage == "prepare" else tiles)
         factor = self.dtype_factor.get(str(shape.dtype).removeprefix("torch."), 1.0)
-        return max(self.floor_ms.get(shape.mode, 0.0), total) * factor
+        return self.floor_ms.get(shape.mode, 0.0), work * factor
 
     @staticmethod
     def from_dict(d: dict) -> BackendCost:

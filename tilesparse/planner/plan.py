@@ -28,10 +28,21 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from ..backends import REGISTRY, Backend
-from ..ir import AttentionInputs, Causal, DotScore, FeatureDotScore, HeadGroup, Layout, Program, SameBucket, resolve_heads
+from ..ir import (
+    AttentionInputs,
+    Causal,
+    DotScore,
+    FeatureDotScore,
+    HeadGroup,
+    Layout,
+    NotSelf,
+    Program,
+    SameBucket,
+    resolve_heads,
+)
 from .cost import CostTable, Shape, default_costs, estimate_visited
 
-__all__ = ["Assignment", "NoBackendError", "Plan", "format_refusals", "make_plan", "shape_of", "simplify"]
+__all__ = ["Assignment", "NoBackendError", "Plan", "format_refusals", "make_plan", "plan_ms", "shape_of", "simplify"]
 
 
 class NoBackendError(RuntimeError):
@@ -45,7 +56,10 @@ class Assignment:
     ``lowered`` is the group the spec lowered to when ``group`` is its exact simplification;
     ``costs`` the estimated ms of every backend that could run it, cheapest first; ``visited``
     the estimated fraction of dense tiles a tile-skipping kernel visits; ``notes`` what the
-    planner wants a reader to know (simplifications, a cheaper dense plan it may not use).
+    planner wants a reader to know (simplifications, a cheaper dense plan it may not use);
+    ``split`` the chosen backend's (host floor, work) estimate in ms; ``dense_heads`` the heads
+    of a PerHead's dense group fused into this group's launch (run with one bucket and every
+    token kept, which is exactly dense attention).
     """
 
     group: HeadGroup
@@ -56,6 +70,8 @@ class Assignment:
     visited: float = 1.0
     notes: tuple[str, ...] = ()
     lowered: HeadGroup | None = None
+    split: tuple[float, float] = (0.0, 0.0)
+    dense_heads: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -68,10 +84,18 @@ class Plan:
     fusions: tuple[str, ...]
     mode: str = "fwd"
 
+    @property
+    def estimated_ms(self) -> float:
+        return plan_ms(self.assignments)
+
     def describe(self) -> str:
-        lines = [f"blocks: block_q={self.program.block_q} block_k={self.program.block_k}; priced for {self.mode}"]
+        lines = [
+            f"blocks: block_q={self.program.block_q} block_k={self.program.block_k}; "
+            f"estimated {self.estimated_ms:.3g} ms a call ({self.mode})"
+        ]
         for i, a in enumerate(self.assignments):
-            lines.append(f"group {i}: {a.group.describe()} -> {a.backend.NAME} (heads {list(a.heads)})")
+            dense = f", dense heads {list(a.dense_heads)} fused in" if a.dense_heads else ""
+            lines.append(f"group {i}: {a.group.describe()} -> {a.backend.NAME} (heads {list(a.heads)}{dense})")
             stages = [n for n in nx.topological_sort(self.graph) if self.graph.nodes[n]["group"] == i]
             lines.append("  stages: " + " -> ".join(f"{n.split(':', 1)[1]}[{self.graph.nodes[n]['backend']}]" for n in stages))
             if a.costs:
@@ -82,6 +106,11 @@ class Plan:
         if self.fusions:
             lines.append("fusions: " + "; ".join(self.fusions))
         return "\n".join(lines)
+
+
+def plan_ms(assignments) -> float:
+    """A plan's estimate: its calls' host floors and work overlap, so the larger sum."""
+    return max(sum(a.split[0] for a in assignments), sum(a.split[1] for a in assignments))
 
 
 def format_refusals(refused) -> list[str]:
@@ -116,14 +145,29 @@ def _reasons(name: str, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
     return backend.not_supported_reasons(group, inputs)
 
 
+@dataclass(frozen=True)
+class _Choice:
+    backend: Backend | None  # the cheapest, None when every candidate refused
+    refused: tuple[tuple[str, tuple[str, ...]], ...]
+    priced: tuple[tuple[str, float], ...]  # cheapest first
+    split: tuple[float, float]  # the cheapest's (floor, work)
+    visited: float
+
+
 def _choose(
-    group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs, backend: str, costs: CostTable
-) -> tuple[Backend | None, list, list[tuple[str, float]], float]:
-    """(cheapest backend or None, refusals, prices cheapest first, estimated visited fraction)."""
+    group: HeadGroup,
+    heads: tuple[int, ...],
+    inputs: AttentionInputs,
+    backend: str,
+    costs: CostTable,
+    visited: float | None = None,
+) -> _Choice:
+    """Every candidate's reasons or price; ``visited`` overrides the spec's estimate."""
     names = tuple(REGISTRY) if backend == "auto" else (backend,)
     shape = shape_of(inputs, len(heads), group.causal is not None)
-    visited = estimate_visited(group, inputs.seqlen)
-    refused, priced = [], []
+    if visited is None:
+        visited = estimate_visited(group, inputs.seqlen)
+    refused, priced, splits = [], [], {}
     for name in names:
         reasons = _reasons(name, group, inputs)
         entry = costs.entry(inputs.device.type, name)
@@ -133,11 +177,15 @@ def _choose(
             )
         if reasons:
             refused.append((name, tuple(reasons)))
-        else:
-            priced.append((name, entry.ms(shape, visited) if entry else float("inf")))
+            continue
+        splits[name] = entry.split(shape, visited) if entry else (float("inf"), float("inf"))
+        priced.append((name, max(splits[name])))
     order = {n: i for i, n in enumerate(names)}
     priced.sort(key=lambda p: (p[1], order[p[0]]))
-    return (REGISTRY[priced[0][0]] if priced else None), refused, priced, visited
+    best = priced[0][0] if priced else None
+    return _Choice(
+        REGISTRY.get(best) if best else None, tuple(refused), tuple(priced), splits.get(best, (0.0, 0.0)), visited
+    )
 
 
 def _dense_note(group: HeadGroup, heads, inputs, chosen: tuple[str, float], costs: CostTable) -> str | None:
@@ -145,11 +193,11 @@ def _dense_note(group: HeadGroup, heads, inputs, chosen: tuple[str, float], cost
     dense = HeadGroup(group.heads, Layout.IDENTITY, tuple(p for p in group.predicates if isinstance(p, Causal)), DotScore())
     if dense == group:
         return None
-    best, _, priced, _ = _choose(dense, heads, inputs, "auto", costs)
-    if best is None or priced[0][1] >= chosen[1]:
+    alt = _choose(dense, heads, inputs, "auto", costs)
+    if alt.backend is None or alt.priced[0][1] >= chosen[1]:
         return None
     return (
-        f"dense attention ({best.NAME}, est. {priced[0][1]:.3g} ms) would be cheaper than {chosen[0]} "
+        f"dense attention ({alt.backend.NAME}, est. {alt.priced[0][1]:.3g} ms) would be cheaper than {chosen[0]} "
         f"(est. {chosen[1]:.3g} ms) but is not exact for this mask; the sparse plan runs"
     )
 
@@ -170,24 +218,56 @@ def make_plan(
         groups.append(group)
         if not heads:
             continue
-        chosen, refused, priced, visited = _choose(group, tuple(heads), inputs, backend, costs)
-        if chosen is None:
-            detail = "\n".join(f"  {line}" for line in format_refusals(refused))
+        c = _choose(group, tuple(heads), inputs, backend, costs)
+        if c.backend is None:
+            detail = "\n".join(f"  {line}" for line in format_refusals(c.refused))
             what = "no backend can" if backend == "auto" else f"backend {backend!r} cannot"
             raise NoBackendError(f"{what} run head group {group.describe()}:\n{detail}")
         notes = [f"simplified exactly from {lowered.describe()}: {why}"] if why else []
-        if backend == "auto" and (note := _dense_note(group, tuple(heads), inputs, priced[0], costs)):
+        if backend == "auto" and (note := _dense_note(group, tuple(heads), inputs, c.priced[0], costs)):
             notes.append(note)
         assignments.append(
-            Assignment(group, tuple(heads), chosen, tuple(refused), tuple(priced), visited, tuple(notes),
-                       lowered if why else None)
+            Assignment(group, tuple(heads), c.backend, c.refused, c.priced, c.visited, tuple(notes),
+                       lowered if why else None, c.split)
         )  # fmt: skip
+    fused = _fuse_dense_heads(assignments, inputs, backend, costs)
+    if fused is not None:
+        assignments = [fused]
     program = replace(program, groups=tuple(groups))  # as run: prepare() builds these groups
     prepared = [a.backend for a in assignments if a.backend.needs_prepare]
     if prepared:
         program = program.with_blocks(*prepared[0].blocks(inputs))
     graph, fusions = _stage_graph(assignments, has_decide)
+    if fused is not None:
+        fusions = (f"group 0: PerHead's dense heads {list(fused.dense_heads)} in the same launch as its rest", *fusions)
     return Plan(program, tuple(assignments), graph, fusions, "fwd_bwd" if inputs.requires_grad else "fwd")
+
+
+def _fuse_dense_heads(assignments: list[Assignment], inputs, backend: str, costs: CostTable) -> Assignment | None:
+    """PerHead's dense heads and its rest as one launch of the rest's backend, when that is
+    cheaper than two: the dense heads run with one bucket and every token kept, which is
+    exactly dense attention when the rest's mask adds only keep and same-bucket tests to the
+    same causality (not for attend_self=False, nor for a feature-sparse score)."""
+    if len(assignments) != 2:
+        return None
+    dense, rest = assignments
+    if dense.group.heads is None or rest.group.heads is not None:
+        return None
+    g = rest.group
+    same_causality = tuple(p for p in g.predicates if isinstance(p, Causal)) == dense.group.predicates
+    if not same_causality or g.has(NotSelf) or not isinstance(g.score, DotScore):
+        return None
+    heads = tuple(range(inputs.heads))
+    visited = (len(rest.heads) * rest.visited + len(dense.heads)) / inputs.heads
+    c = _choose(g, heads, inputs, backend, costs, visited=visited)
+    if c.backend is None or not c.backend.needs_prepare or max(c.split) >= plan_ms(assignments):
+        return None
+    note = (
+        f"dense heads {list(dense.heads)} fused into this launch (est. {max(c.split):.3g} ms against "
+        f"{plan_ms(assignments):.3g} ms for two calls): they run with one bucket and every token kept"
+    )
+    return replace(rest, heads=heads, backend=c.backend, refused=c.refused, costs=c.priced, visited=visited,
+                   notes=(*rest.notes, note), split=c.split, dense_heads=dense.heads)  # fmt: skip
 
 
 def _stage_graph(assignments: list[Assignment], has_decide: bool) -> tuple[nx.DiGraph, tuple[str, ...]]:

@@ -76,8 +76,9 @@ PRIORS: dict[str, dict[str, dict]] = {
 
 
 def points_of(data: dict) -> list[dict]:
-    """Measured points of one JSON file: dicts of device, backend, mode, shape, tiles (visited
-    unit tiles), ms (the call) and prep_ms (None when not measured)."""
+    """Measured points of one JSON file: dicts of device, backend, shape, fraction (of dense
+    tiles visited by a tile-skipping kernel), ms (the call) and prep_ms (None when not
+    measured)."""
     meta, rows = data.get("meta", {}), data.get("rows")
     if not isinstance(rows, list) or not rows:
         return []
@@ -90,15 +91,13 @@ def points_of(data: dict) -> list[dict]:
             continue
         B, H = r.get("B", meta.get("B")), r.get("H", meta.get("H"))
         shape = Shape(B, H, r["T"], r["D"], dtype, r["mode"], causal)
+        frac = float(r.get("visited_fraction") or 1.0)
         if "backend" in r and "ours" in r["ms"]:  # the benchmark engine: the chosen backend's call
-            tiles = r["visited_tiles"] * r["D"] / 64 if r.get("visited_tiles") else shape.dense_units
-            out.append(dict(device=device, backend=r["backend"], shape=shape, tiles=tiles, ms=r["ms"]["ours"],
+            out.append(dict(device=device, backend=r["backend"], shape=shape, fraction=frac, ms=r["ms"]["ours"],
                             prep_ms=r["ms"].get("prep")))  # fmt: skip
         elif "visited_fraction" in r:  # the planner check: every candidate backend timed
             for name, ms in r["ms"].items():
-                frac = r["visited_fraction"] if r.get("skips", {}).get(name, True) else 1.0
-                out.append(dict(device=device, backend=name, shape=shape, tiles=frac * shape.dense_units, ms=ms,
-                                prep_ms=None))  # fmt: skip
+                out.append(dict(device=device, backend=name, shape=shape, fraction=frac, ms=ms, prep_ms=None))
     return out
 
 
@@ -113,16 +112,21 @@ def _lstsq(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def _fit_floor(pts: list[dict], prior: float) -> float:
+def _tiles(p: dict, skips: bool) -> float:
+    return p["shape"].dense_units * (p["fraction"] if skips else 1.0)
+
+
+def _fit_floor(pts: list[dict], prior: float, skips: bool) -> float:
     low = min(p["ms"] for p in pts)
     plateau = [p for p in pts if p["ms"] <= 1.2 * low]
-    spread = max(p["tiles"] for p in plateau) / max(min(p["tiles"] for p in plateau), 1e-9)
+    spread = max(_tiles(p, skips) for p in plateau) / max(min(_tiles(p, skips) for p in plateau), 1e-9)
     return low if len(plateau) >= 3 and spread >= 3 else prior
 
 
 def fit_backend(pts: list[dict], prior: dict) -> BackendCost:
     """One backend's cost on one device from its points (all modes), over ``prior``."""
     base = BackendCost.from_dict(prior) if prior else None
+    skips = base.skips_tiles if base else True  # a new backend is presumed to skip tiles
     stages: dict[str, dict[str, Line]] = {s: dict(m) for s, m in (base.stages if base else {}).items()}
     floor = dict(base.floor_ms) if base else {}
     # a backend whose prior has no prepare stage (sdpa) prepares nothing: its rows' prep times
@@ -137,11 +141,11 @@ def fit_backend(pts: list[dict], prior: dict) -> BackendCost:
         mine = [p for p in pts if p["shape"].mode == mode]
         if not mine:
             continue
-        floor[mode] = _fit_floor(mine, floor.get(mode, 0.0))
+        floor[mode] = _fit_floor(mine, floor.get(mode, 0.0), skips)
         bound = [p for p in mine if p["ms"] > 1.2 * floor[mode]] or mine
         prep = stages.get("prepare", {}).get("fwd")
         ys = [p["ms"] - (prep(p["shape"].row_units) if prep else 0.0) for p in bound]
-        xs = [p["tiles"] for p in bound]
+        xs = [_tiles(p, skips) for p in bound]
         a, b = _lstsq(xs, ys)
         if a < 0:
             a, b = 0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
@@ -149,7 +153,7 @@ def fit_backend(pts: list[dict], prior: dict) -> BackendCost:
     return BackendCost(
         stages=stages,
         floor_ms=floor,
-        skips_tiles=base.skips_tiles if base else True,
+        skips_tiles=skips,
         dtype_factor=dict(base.dtype_factor) if base else {},
         source=f"measured: {len(pts)} rows (16-bit); " + (base.source if base else "no prior"),
     )
@@ -186,11 +190,9 @@ def calibrate(paths: list[Path], log=print) -> tuple[CostTable, list[dict]]:
 def report(table: CostTable, points: list[dict]) -> list[str]:
     """Every measured point against the fitted model, worst relative error last."""
     lines, worst = [], 0.0
-    for p in sorted(points, key=lambda p: (p["backend"], p["shape"].mode, p["shape"].seqlen, p["tiles"])):
-        s = p["shape"]
-        model = table.entry(p["device"], p["backend"])
-        frac = p["tiles"] / s.dense_units
-        est = model.ms(s, frac)
+    for p in sorted(points, key=lambda p: (p["backend"], p["shape"].mode, p["shape"].seqlen, p["fraction"])):
+        s, frac = p["shape"], p["fraction"]
+        est = table.entry(p["device"], p["backend"]).ms(s, frac)
         err = est / p["ms"] - 1
         worst = max(worst, abs(err))
         lines.append(f"{p['backend']:>10} {s.mode:>7} T={s.seqlen:>6} D={s.head_dim:>3} visited {100 * frac:5.1f}%  "

@@ -165,9 +165,7 @@ def _choose(
     """Every candidate's reasons or price; ``visited`` overrides the spec's estimate."""
     names = tuple(REGISTRY) if backend == "auto" else (backend,)
     shape = shape_of(inputs, len(heads), group.causal is not None)
-    if visited is None:
-        visited = estimate_visited(group, inputs.seqlen)
-    refused, priced, splits = [], [], {}
+    refused, priced, splits, fractions = [], [], {}, {}
     for name in names:
         reasons = _reasons(name, group, inputs)
         entry = costs.entry(inputs.device.type, name)
@@ -178,14 +176,17 @@ def _choose(
         if reasons:
             refused.append((name, tuple(reasons)))
             continue
-        splits[name] = entry.split(shape, visited) if entry else (float("inf"), float("inf"))
+        # the fraction depends on the tiles of the backend that would run it
+        fractions[name] = visited if visited is not None else estimate_visited(group, inputs.seqlen, *REGISTRY[name].blocks(inputs))
+        splits[name] = entry.split(shape, fractions[name]) if entry else (float("inf"), float("inf"))
         priced.append((name, max(splits[name])))
     order = {n: i for i, n in enumerate(names)}
     priced.sort(key=lambda p: (p[1], order[p[0]]))
     best = priced[0][0] if priced else None
     return _Choice(
-        REGISTRY.get(best) if best else None, tuple(refused), tuple(priced), splits.get(best, (0.0, 0.0)), visited
-    )
+        REGISTRY.get(best) if best else None, tuple(refused), tuple(priced), splits.get(best, (0.0, 0.0)),
+        fractions.get(best, 1.0),
+    )  # fmt: skip
 
 
 def _dense_note(group: HeadGroup, heads, inputs, chosen: tuple[str, float], costs: CostTable) -> str | None:

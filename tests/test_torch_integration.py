@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 import tilesparse as ts
 from tilesparse.backends.triton.op import launch_key, tile_config
+from tilesparse.testing import AttentionBlock
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
-    # dynamo caches per code object (Block.forward is shared by every test): start each clean
+    # dynamo caches per code object (AttentionBlock.forward is shared by every test): start each clean
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
@@ -34,20 +34,9 @@ SPECS = [
 ]
 
 
-class Block(nn.Module):
-    """A projection, the attention, an output projection: what a model around the op does."""
-
-    def __init__(self, attn, heads=2, dim=16, seed=0):
-        super().__init__()
-        torch.manual_seed(seed)
-        self.attn, self.heads = attn, heads
-        self.qkv = nn.Linear(heads * dim, 3 * heads * dim)
-        self.out = nn.Linear(heads * dim, heads * dim)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
-        return self.out(self.attn(q, k, v).transpose(1, 2).reshape(B, T, C))
+def Block(attn, seed=0):
+    torch.manual_seed(seed)
+    return AttentionBlock(attn, heads=2, head_dim=16)
 
 
 def _run(model, x, seed):

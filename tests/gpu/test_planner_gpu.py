@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 import tilesparse as ts
 from tilesparse.backends.triton.op import compiled_kernel_count
 from tilesparse.planner import CostTable
 from tilesparse.planner import plan as plan_module
-from tilesparse.testing import assert_equivalent
+from tilesparse.testing import AttentionBlock, assert_equivalent
 
 DEVICE = torch.device("cuda")
 
@@ -65,17 +64,8 @@ def test_per_head_runs_exactly_separate_and_fused(monkeypatch):
     assert_equivalent(fused, q, k, v, decisions=fused.decide(q, k), atol=3e-2)
 
 
-class Block(nn.Module):
-    def __init__(self, attn, heads=4, dim=64):
-        super().__init__()
-        self.attn, self.heads = attn, heads
-        self.qkv = nn.Linear(heads * dim, 3 * heads * dim)
-        self.out = nn.Linear(heads * dim, heads * dim)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
-        return self.out(self.attn(q, k, v).transpose(1, 2).reshape(B, T, C))
+def Block(attn):
+    return AttentionBlock(attn, heads=4, head_dim=64)
 
 
 @pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])

@@ -2,11 +2,21 @@
 
 ``specs``, ``decisions`` and ``attention_inputs`` draw patterns, decisions for a pattern and
 inputs; ``assert_equivalent`` checks a compiled op's output and gradients against its
-reference. Needs ``hypothesis`` (the ``test`` extra); importing ``tilesparse`` does not import
-this module.
+reference; ``AttentionBlock`` is a minimal model around an op, for torch.compile checks. Needs
+``hypothesis`` (the ``test`` extra); importing ``tilesparse`` does not import this module.
 """
 
 from .equivalence import assert_equivalent, tolerance
+from .module import AttentionBlock
 from .strategies import PART_KINDS, SPEC_KINDS, attention_inputs, decisions, specs
 
-__all__ = ["PART_KINDS", "SPEC_KINDS", "assert_equivalent", "attention_inputs", "decisions", "specs", "tolerance"]
+__all__ = [
+    "PART_KINDS",
+    "SPEC_KINDS",
+    "AttentionBlock",
+    "assert_equivalent",
+    "attention_inputs",
+    "decisions",
+    "specs",
+    "tolerance",
+]

@@ -101,12 +101,12 @@ def test_fresh_decisions_reuse_the_plan_and_the_triton_launches():
     q, k, v = (torch.randn(1, 2, 64, 16, requires_grad=True) for _ in range(3))
     cfg = tile_config(16, q.dtype, q.device)
     keys = set()
-    for i in range(10):
+    for i in range(6):
         attn(q, k, v, generator=torch.Generator().manual_seed(i)).sum().backward()
         (g,) = attn._last
         keys.add(launch_key(g, q, cfg, 1, 1))
     assert len(keys) == 1, "a decision changed what the kernels specialize on"
-    assert attn.stats.plans == 1 and attn.stats.hits == 9
+    assert attn.stats.plans == 1 and attn.stats.hits == 5
     # a new sequence length in the same power-of-two bucket shares the plan; another bucket plans
     attn(*(t[:, :, :50] for t in (q, k, v)))
     assert attn.stats.plans == 1

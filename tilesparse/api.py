@@ -256,7 +256,10 @@ class CompiledAttention:
 def _tile_line(g: PreparedGroup) -> str:
     s = tile_stats(g, exact=False)
     causal = " causal" if g.group.causal else ""
-    return f"visited {s['visited']} of {s['dense_tiles']} dense{causal} ({100 * s['visited_fraction']:.1f}%), {s['unmasked']} without mask"
+    return (
+        f"visited {s['visited']} of {s['dense_tiles']} dense{causal} ({100 * s['visited_fraction']:.1f}%), "
+        f"{s['unmasked']} without mask"
+    )
 
 
 def _with_dense_heads(dec: Decisions, heads: tuple[int, ...]) -> Decisions:

@@ -147,11 +147,12 @@ def _line(row: dict) -> str:
     chosen = "+".join(row["auto"]["backends"])
     best = row.get("best")
     best_ms = row["ms"].get(best) if best else None
+    best_ms = float("nan") if best_ms is None else best_ms
     verdict = "-" if row.get("ok") is None else ("ok" if row["ok"] else "SLOWER")
     return (
         f"{row.get('pattern', '?'):>8} D={row['D']:>3} T={row['T']:>6} {row['mode']:>7}  "
-        f"chosen {chosen:<14} {row['auto']['ms']:9.3f} ms  best {best or '-':<10} "
-        f"{best_ms if best_ms is not None else float('nan'):9.3f} ms  ({100 * (row.get('within') or 0):+5.1f}%) {verdict}"
+        f"chosen {chosen:<14} {row['auto']['ms']:9.3f} ms  best {best or '-':<10} {best_ms:9.3f} ms  "
+        f"({100 * (row.get('within') or 0):+5.1f}%) {verdict}"
     )
 
 
@@ -199,7 +200,9 @@ def _fake_inputs(shape: Shape):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tilesparse.bench.planner_check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tilesparse.bench.planner_check", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--grid", choices=sorted(GRIDS), default="targets", help="benchmark grid to time")
     parser.add_argument("--from-results", type=Path, help="offline: check the rows of this benchmark JSON instead")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")

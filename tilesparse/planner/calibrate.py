@@ -15,9 +15,9 @@ the model's estimate. Two row formats are read:
 The fit, per backend, device and mode: the host floor is the minimum time when at least three
 rows, whose tile counts differ by 3x or more, lie within 20% of it (a host-bound plateau), else
 the prior's; the prepare line is a least-squares line over the ``prep`` times against rows
-(slope clamped at >= 0; only for backends that prepare); the attend line a least-squares line over the device-bound rows (time
-above 1.2x the floor) of the call time minus the prepared estimate against visited tiles
-(intercept clamped at >= 0). Files of other formats (probe.py's) are skipped with a note.
+(slope clamped at >= 0; only for backends that prepare); the attend line a least-squares line
+over the device-bound rows (time above 1.2x the floor) of the call time minus the prepared
+estimate against visited tiles (intercept clamped at >= 0). Files of other formats (probe.py's) are skipped with a note.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def calibrate(paths: list[Path], log=print) -> tuple[CostTable, list[dict]]:
             # only 16-bit rows calibrate; the dtype factors carry the rest
             if p["shape"].dtype in (torch.float16, torch.bfloat16):
                 groups[(p["device"], p["backend"])].append(p)
-    devices: dict[str, dict[str, BackendCost]] = {d: {n: BackendCost.from_dict(e) for n, e in es.items()} for d, es in PRIORS.items()}
+    devices = {d: {n: BackendCost.from_dict(e) for n, e in es.items()} for d, es in PRIORS.items()}
     for (dev, name), pts in sorted(groups.items()):
         devices.setdefault(dev, {})[name] = fit_backend(pts, PRIORS.get(dev, {}).get(name, {}))
     meta = {
@@ -202,7 +202,9 @@ def report(table: CostTable, points: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tilesparse.planner.calibrate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tilesparse.planner.calibrate", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("files", nargs="+", type=Path, help="benchmark or planner-check JSON files")
     parser.add_argument("--out", type=Path, default=COSTS_PATH, help="where to write (default: the shipped costs.json)")
     args = parser.parse_args(argv)

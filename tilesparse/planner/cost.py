@@ -180,7 +180,9 @@ class CostTable:
 
     @staticmethod
     def from_dict(d: dict) -> CostTable:
-        devices = {dev: {n: BackendCost.from_dict(e) for n, e in entries.items()} for dev, entries in d["devices"].items()}
+        devices = {
+            dev: {n: BackendCost.from_dict(e) for n, e in entries.items()} for dev, entries in d["devices"].items()
+        }
         return CostTable(devices, dict(d.get("meta", {})))
 
     def to_dict(self) -> dict:

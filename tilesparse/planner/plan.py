@@ -99,7 +99,7 @@ class Plan:
             stages = [n for n in nx.topological_sort(self.graph) if self.graph.nodes[n]["group"] == i]
             lines.append("  stages: " + " -> ".join(f"{n.split(':', 1)[1]}[{self.graph.nodes[n]['backend']}]" for n in stages))
             if a.costs:
-                est = ", ".join(f"{n} {ms:.3g} ms" for n, ms in a.costs)
+                est = ", ".join(f"{n} {ms:.3g} ms" if ms < float("inf") else f"{n} not priced" for n, ms in a.costs)
                 lines.append(f"  estimated: {est}; visited tiles {100 * a.visited:.1f}%")
             lines += [f"  note: {n}" for n in a.notes]
             lines += [f"  refused {line}" for line in format_refusals(a.refused)]
@@ -171,13 +171,17 @@ def _choose(
         entry = costs.entry(inputs.device.type, name)
         if backend == "auto" and entry is None:
             reasons.append(
-                f"no cost entry for {inputs.device.type} in the cost model (planner/costs.json); backend={name!r} forces it"
+                f"no cost entry for {inputs.device.type} in the cost model (planner/costs.json); "
+                f"backend={name!r} forces it"
             )
         if reasons:
             refused.append((name, tuple(reasons)))
             continue
         # the fraction depends on the tiles of the backend that would run it
-        fractions[name] = visited if visited is not None else estimate_visited(group, inputs.seqlen, *REGISTRY[name].blocks(inputs))
+        if visited is None:
+            fractions[name] = estimate_visited(group, inputs.seqlen, *REGISTRY[name].blocks(inputs))
+        else:
+            fractions[name] = visited
         splits[name] = entry.split(shape, fractions[name]) if entry else (float("inf"), float("inf"))
         priced.append((name, max(splits[name])))
     order = {n: i for i, n in enumerate(names)}
@@ -191,7 +195,8 @@ def _choose(
 
 def _dense_note(group: HeadGroup, heads, inputs, chosen: tuple[str, float], costs: CostTable) -> str | None:
     """Say so when dense attention would be cheaper than the sparse plan but is not exact."""
-    dense = HeadGroup(group.heads, Layout.IDENTITY, tuple(p for p in group.predicates if isinstance(p, Causal)), DotScore())
+    causal = tuple(p for p in group.predicates if isinstance(p, Causal))
+    dense = HeadGroup(group.heads, Layout.IDENTITY, causal, DotScore())
     if dense == group:
         return None
     alt = _choose(dense, heads, inputs, "auto", costs)

@@ -1,17 +1,37 @@
-"""The public entry point: ``compile(spec)`` returns a :class:`CompiledAttention`."""
+"""The public entry point: ``compile(spec)`` returns a :class:`CompiledAttention`.
+
+A call validates the inputs, makes or checks the decisions, takes the plan from the cache
+(keyed by dtype, device, head counts, head dim, whether gradients are needed and the batch and
+sequence length rounded up to powers of two: new decisions and new compacted lengths never
+re-plan) and runs each head group on its backend. Under ``torch.autocast`` q, k, v are cast to
+the autocast dtype first (as SDPA is) and the kernels run without autocast. While dynamo
+traces a call (``torch.compile``), the call becomes the custom ops of ``tilesparse.library``.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from . import library
 from .backends.reference import feature_mask, masked_attention
-from .ir import AttentionInputs, Prepared, check_inputs, lower, tile_stats
+from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, lower, tile_stats
 from .patterns import Decisions, SpecBase, check_decisions, parse_spec
 from .patterns.specs import TopKFeatures
 from .planner import Plan, make_plan
 
-__all__ = ["CompiledAttention", "compile"]
+__all__ = ["CompiledAttention", "PlanStats", "compile"]
+
+
+@dataclass
+class PlanStats:
+    """How often a CompiledAttention planned: flat ``plans`` over a training loop means no
+    per-step planning (``hits`` counts the calls served from the cache)."""
+
+    plans: int = 0
+    hits: int = 0
 
 
 def compile(  # noqa: A001 - the library's verb, as in torch.compile
@@ -47,7 +67,9 @@ class CompiledAttention:
         self.validate = validate
         self.program = lower(spec, causal=causal)
         self._plans: dict[tuple, Plan] = {}
-        self.last_stats: dict | None = None
+        self.stats = PlanStats()
+        self._last: tuple[PreparedGroup, ...] = ()  # the last call's index tensors, for explain()
+        self._key = library.register(self)
 
     def __repr__(self) -> str:
         return f"CompiledAttention({self.spec}, causal={self.causal}, backend={self.backend!r})"
@@ -95,11 +117,17 @@ class CompiledAttention:
         return self._plan(check_inputs(q, k, v, scale=self.scale))
 
     def _plan(self, inputs: AttentionInputs) -> Plan:
-        key = (inputs.dtype, inputs.device, inputs.heads, inputs.kv_heads, inputs.head_dim, inputs.requires_grad)
+        key = (
+            inputs.dtype, inputs.device, inputs.heads, inputs.kv_heads, inputs.head_dim, inputs.requires_grad,
+            _size_bucket(inputs.batch), _size_bucket(inputs.seqlen),
+        )  # fmt: skip
         plan = self._plans.get(key)
         if plan is None:
             plan = make_plan(self.program, inputs, backend=self.backend, has_decide=bool(self.spec.decision_fields))
             self._plans[key] = plan
+            self.stats.plans += 1
+        else:
+            self.stats.hits += 1
         return plan
 
     def __call__(
@@ -116,17 +144,28 @@ class CompiledAttention:
         ``decisions`` overrides the criteria (deterministic); otherwise they run on q and k,
         drawing from ``generator`` where they are random.
         """
+        if isinstance(q, Tensor) and torch.is_autocast_enabled(q.device.type):
+            dtype = torch.get_autocast_dtype(q.device.type)
+            q, k, v = (t.to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t for t in (q, k, v))
+        if torch.compiler.is_compiling():
+            return self._traced(q, k, v, decisions)
+        with library.no_autocast(q.device):
+            return self._eager(q, k, v, decisions, generator)
+
+    def _eager(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, generator) -> Tensor:
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
         dec = self._decisions(inputs, decisions, generator)
         plan = self._plan(inputs)
-        outs = []
+        outs, prepared = [], []
         for a in plan.assignments:
             if a.backend.needs_prepare:
-                g = a.backend.prepare(plan.program, a.group, a.heads, dec, inputs)
+                g = a.backend.prepare(plan.program, a.group, a.heads, _with_dense_heads(dec, a.dense_heads), inputs)
+                prepared.append(g)
                 outs.append((a.heads, a.backend.attend(g, inputs)))
             else:
                 outs.append((a.heads, a.backend.attend_heads(a.group, a.heads, inputs)))
+        self._last = tuple(prepared)
         if len(outs) == 1 and outs[0][0] == tuple(range(inputs.heads)):
             return outs[0][1]
         out = q.new_empty(q.shape)
@@ -134,13 +173,28 @@ class CompiledAttention:
             out[:, list(heads)] = o
         return out
 
+    def _traced(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None) -> Tensor:
+        """The call as custom ops, for dynamo: decisions (made by the decide op unless given),
+        then the attention op; the plan is found by ``self._key`` at run time."""
+        names = library.decision_names(self.spec)
+        if decisions is None:
+            tensors = torch.ops.tilesparse.decide(q, k, self._key) if names else []
+            trusted = True
+        else:
+            tensors = [getattr(decisions, n) for n in names]
+            trusted = False
+        return torch.ops.tilesparse.attention(q, k, v, tensors, self._key, trusted)
+
     def prepare(self, q: Tensor, k: Tensor, v: Tensor, *, decisions: Decisions | None = None, generator=None) -> Prepared:
         """The index tensors of every head group (for inspection: ``tilesparse.ir.to_string``)."""
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
         dec = self._decisions(inputs, decisions, generator)
         plan = self._plan(inputs)
-        groups = tuple(a.backend.prepare(plan.program, a.group, a.heads, dec, inputs) for a in plan.assignments)
+        groups = tuple(
+            a.backend.prepare(plan.program, a.group, a.heads, _with_dense_heads(dec, a.dense_heads), inputs)
+            for a in plan.assignments
+        )
         return Prepared(plan.program, groups, inputs.batch, inputs.heads, inputs.seqlen)
 
     # -- the semantics ------------------------------------------------------------------------
@@ -181,21 +235,50 @@ class CompiledAttention:
     # -- explaining ---------------------------------------------------------------------------
 
     def explain(self, q: Tensor, k: Tensor, v: Tensor, *, decisions: Decisions | None = None) -> str:
-        """The plan for these inputs: stages, backend per group, fusions, refused backends and
-        why, and the visited-tile fraction of decisions drawn now (or given)."""
+        """The plan for these inputs: stages, backend per group, estimated costs, fusions, input
+        copies, refused backends and why; the visited-tile fraction estimated by the planner,
+        observed on decisions drawn now (or given), and observed on the last call."""
         inputs = check_inputs(q, k, v, scale=self.scale)
         plan = self._plan(inputs)
         lines = [f"{self}", f"inputs: q {tuple(q.shape)} k/v {tuple(k.shape)} {str(q.dtype).removeprefix('torch.')} on {q.device}"]
         lines.append(plan.describe())
+        copies = sorted({c for a in plan.assignments for c in a.backend.input_copies(inputs)})
+        lines.append("input copies: " + ("; ".join(copies) if copies else "none (every input is read in place)"))
+        last = self._last
         prepared = self.prepare(q, k, v, decisions=decisions, generator=torch.Generator(q.device).manual_seed(0))
         for i, g in enumerate(prepared.groups):
-            s = tile_stats(g, exact=False)
-            lines.append(
-                f"group {i} tiles ({g.block_q}x{g.block_k}): visited {s['visited']} of {s['dense_tiles']} dense"
-                f"{' causal' if g.group.causal else ''} ({100 * s['visited_fraction']:.1f}%), "
-                f"{s['unmasked']} without mask"
-            )
+            lines.append(f"group {i} tiles ({g.block_q}x{g.block_k}): " + _tile_line(g))
+        for g in last:
+            lines.append(f"last call, heads {list(g.heads)}: " + _tile_line(g))
         return "\n".join(lines)
+
+
+def _tile_line(g: PreparedGroup) -> str:
+    s = tile_stats(g, exact=False)
+    causal = " causal" if g.group.causal else ""
+    return (
+        f"visited {s['visited']} of {s['dense_tiles']} dense{causal} ({100 * s['visited_fraction']:.1f}%), "
+        f"{s['unmasked']} without mask"
+    )
+
+
+def _with_dense_heads(dec: Decisions, heads: tuple[int, ...]) -> Decisions:
+    """``dec`` with every token kept and in bucket 0 on ``heads``: a keep and same-bucket mask
+    that is exactly dense attention there (the planner fuses PerHead's dense heads this way)."""
+    if not heads:
+        return dec
+    fields = {}
+    for name, t in dec.items():
+        if t is not None and name.endswith(("_keep", "_bucket")):
+            t = t.clone()
+            t[:, list(heads)] = name.endswith("_keep")  # True for keep, 0 for bucket
+        fields[name] = t
+    return Decisions(**fields).trusted(None)
+
+
+def _size_bucket(n: int) -> int:
+    """n rounded up to a power of two: plans are shared within a bucket."""
+    return 1 << max(0, n - 1).bit_length()
 
 
 def dense_mask(

@@ -1,6 +1,14 @@
 """What every backend is: capabilities as class attributes, ``not_supported_reasons`` as the
 single source of truth, and ``attend`` over one prepared head group.
 
+A backend names the stages it implements itself (``STAGES``: ``attend`` always; ``layout``
+and ``ranges`` when it builds the index tensors in its own kernels; ``gather`` and ``scatter``
+when its kernels read and write rows through the layout's order) and the chains of them it
+runs as one kernel (``FUSIONS``); the planner contracts each chain into one node of the stage
+graph and records it as a fusion. Stages a backend does not implement run as the IR's torch
+code. Its price comes from the cost model's entry under its ``NAME`` (planner/costs.json), so
+a new backend plugs in with a registration and a calibrated entry.
+
 Backends depend on the IR only; the planner reaches them through :data:`REGISTRY`.
 """
 
@@ -25,6 +33,9 @@ class Backend(ABC):
     """
 
     NAME: ClassVar[str]
+    # stages this backend runs itself, and the chains of them it runs as one kernel
+    STAGES: ClassVar[tuple[str, ...]] = ("attend",)
+    FUSIONS: ClassVar[tuple[tuple[str, ...], ...]] = ()
     SUPPORTED_DTYPES: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16, torch.float32)
     SUPPORTED_DEVICES: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     MAX_HEAD_DIM: ClassVar[int] = 256
@@ -36,9 +47,12 @@ class Backend(ABC):
         torch.bfloat16: 3e-2,
     }
 
-    def not_supported_reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
-        """Every reason this backend cannot run ``group`` on ``inputs``; empty when it can."""
+    def not_supported_reasons(self, group: HeadGroup, inputs: AttentionInputs, stage: str = "attend") -> list[str]:
+        """Every reason this backend cannot run ``stage`` of ``group`` on ``inputs``; empty
+        when it can."""
         reasons = []
+        if stage not in self.STAGES:
+            reasons.append(f"does not implement stage {stage!r} (implements {', '.join(self.STAGES)})")
         if inputs.device.type not in self.SUPPORTED_DEVICES:
             reasons.append(f"device {inputs.device.type!r} not in {self.SUPPORTED_DEVICES}")
         if inputs.dtype not in self.SUPPORTED_DTYPES:
@@ -59,6 +73,11 @@ class Backend(ABC):
     def blocks(self, inputs: AttentionInputs) -> tuple[int, int]:
         """(block_q, block_k) the backend wants index tensors built for."""
         return 64, 64
+
+    def input_copies(self, inputs: AttentionInputs) -> list[str]:
+        """The inputs a call copies because a kernel needs another memory layout (explain()
+        lists them); empty when every input is read in place."""
+        return []
 
     def prepare(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs) -> PreparedGroup:
         """The layout and ranges stages for ``group``: the IR's torch implementation unless a
@@ -91,7 +110,10 @@ def register(backend: Backend) -> Backend:
 
 
 def select_heads(t: Tensor, heads: tuple[int, ...], total: int) -> Tensor:
-    """t[:, heads] without a copy when ``heads`` is every head in order."""
+    """t[:, heads]: a view when ``heads`` is a run of consecutive heads (PerHead's groups
+    usually are), a copy otherwise."""
     if heads == tuple(range(total)):
         return t
+    if heads and heads == tuple(range(heads[0], heads[-1] + 1)):
+        return t[:, heads[0] : heads[-1] + 1]
     return t[:, list(heads)]

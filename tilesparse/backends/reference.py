@@ -76,11 +76,14 @@ class ReferenceBackend(Backend):
 
 
 def kv_for_heads(inputs: AttentionInputs, heads: tuple[int, ...]) -> tuple[Tensor, Tensor]:
-    """k and v with one head per query head in ``heads`` (a view when nothing is selected)."""
+    """k and v with one head per query head in ``heads`` (a view when nothing is selected, or
+    a run of heads without grouped-query attention)."""
     if heads == tuple(range(inputs.heads)):
         return inputs.k, inputs.v
-    kv = [h // inputs.group for h in heads]
-    return inputs.k[:, kv], inputs.v[:, kv]
+    kv = tuple(h // inputs.group for h in heads)
+    if inputs.group == 1:  # one kv head per query head: a view for a run of heads
+        return select_heads(inputs.k, kv, inputs.kv_heads), select_heads(inputs.v, kv, inputs.kv_heads)
+    return inputs.k[:, list(kv)], inputs.v[:, list(kv)]
 
 
 register(ReferenceBackend())

@@ -36,6 +36,10 @@ class SdpaBackend(Backend):
     def needs_prepare(self) -> bool:
         return False
 
+    def input_copies(self, inputs: AttentionInputs) -> list[str]:
+        strided = [n for n, t in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v)) if t.stride(-1) != 1]
+        return [f"{n} (last dim strided; torch's fused kernels copy it)" for n in strided]
+
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
         return self.attend_heads(g.group, g.heads, inputs)
 

@@ -22,7 +22,6 @@ from torch import Tensor
 from .. import Dense, Hash, Hybrid, NoBackendError, PerHead, QKDrop, TopKFeatures, compile
 from ..ir import to_string, verify
 from ..patterns import SpecBase
-from ..planner import AUTO_ORDER
 from .inputs import add_input_arguments, criteria_generator, random_inputs
 from .report import TILE_LEGEND, make_console, tile_stats_of, visited_fraction
 
@@ -135,8 +134,8 @@ def run(args: argparse.Namespace) -> int:
         f"{'causal' if args.causal else 'non-causal'}\n"
         f"Each pattern runs on backend {args.backend!r} and is checked, output and gradients, against "
         "attn.reference: masked dense attention, the definition of correct (the 'reference' backend "
-        f"runs the same math as an op). backend='auto' on {q.device.type} takes, per head group, the first of "
-        f"{AUTO_ORDER.get(q.device.type, ('reference',))} that supports it.\n{TILE_LEGEND}"
+        f"runs the same math as an op). backend='auto' on {q.device.type} takes, per head group, the cheapest backend "
+        f"that supports it by the planner's cost model.\n{TILE_LEGEND}"
     )
     outcomes = []
     for label, spec in PATTERNS:

@@ -26,6 +26,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--backend", default="auto", help="auto, reference, executor, sdpa, triton (default: %(default)s)"
     )
+    parser.add_argument(
+        "--grad", action="store_true", help="inputs require gradients: plan for forward + backward (default: forward)"
+    )
     add_input_arguments(parser, seqlen=512, heads=2, head_dim=64)
     parser.set_defaults(run=run)
 
@@ -37,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:  # pydantic's ValidationError is a ValueError
         errors.print(f"error: SPEC_JSON {args.spec!r} is not a valid spec:\n{e}")
         return 2
-    q, k, v = random_inputs(args, requires_grad=False)
+    q, k, v = random_inputs(args, requires_grad=args.grad)
     try:
         attn = compile(spec, causal=args.causal, backend=args.backend)
         decisions = attn.decide(q, k, generator=criteria_generator(args))

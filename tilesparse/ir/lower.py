@@ -27,12 +27,12 @@ def lower(spec: SpecBase, *, causal: bool, block_q: int = 128, block_k: int = 12
 def _group(spec: SpecBase, causal: bool, *, heads: tuple[int, ...] | None) -> HeadGroup:
     parts = spec.parts if isinstance(spec, Hybrid) else (spec,)
     compact = sort = not_self = False
-    buckets = 1
+    buckets, keep = 1, 1.0
     score = DotScore()
     preds: list = []
     for p in parts:
         if isinstance(p, QKDrop):
-            compact = True
+            compact, keep = True, p.keep
             preds.append(Keep())
         elif isinstance(p, Hash):
             sort, buckets = True, p.buckets
@@ -52,4 +52,5 @@ def _group(spec: SpecBase, causal: bool, *, heads: tuple[int, ...] | None) -> He
         predicates=tuple(preds),
         score=score,
         buckets=buckets,
+        keep=keep,
     )

@@ -12,7 +12,7 @@ and the program carries the block sizes the index tensors are built for.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 __all__ = [
     "Causal",
@@ -101,6 +101,8 @@ class HeadGroup:
 
     ``heads`` is None for "every head that no other group names" (the head count is only
     known at call time); ``buckets`` is the number of bucket values (1 without SameBucket).
+    ``keep`` is the fraction of tokens the spec expects to keep (QKDrop's ``keep``): a hint the
+    planner prices with, not part of the mask, so it takes no part in equality.
     """
 
     heads: tuple[int, ...] | None
@@ -108,6 +110,7 @@ class HeadGroup:
     predicates: tuple[Predicate, ...]
     score: Score
     buckets: int = 1
+    keep: float = field(default=1.0, compare=False)
 
     def has(self, kind: type) -> bool:
         return any(isinstance(p, kind) for p in self.predicates)

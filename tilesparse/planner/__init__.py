@@ -1,5 +1,17 @@
-"""The planner: picks a backend per head group, builds and explains the stage graph."""
+"""The planner: picks a backend per head group by estimated cost, builds and explains the
+stage graph; ``cost`` is the cost model, ``calibrate`` fits it from benchmark JSON."""
 
-from .plan import AUTO_ORDER, Assignment, NoBackendError, Plan, make_plan
+from .cost import CostTable, default_costs, estimate_visited
+from .plan import Assignment, NoBackendError, Plan, format_refusals, make_plan, simplify
 
-__all__ = ["AUTO_ORDER", "Assignment", "NoBackendError", "Plan", "make_plan"]
+__all__ = [
+    "Assignment",
+    "CostTable",
+    "NoBackendError",
+    "Plan",
+    "default_costs",
+    "estimate_visited",
+    "format_refusals",
+    "make_plan",
+    "simplify",
+]

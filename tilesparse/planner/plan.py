@@ -1,29 +1,48 @@
-"""Planning: which backend runs each head group, and the stage graph that records it.
+"""Planning: which backend runs each head group, by estimated cost, and the stage graph.
 
-Every head group goes through decide -> layout -> ranges -> attend. Each backend says which
-groups it cannot run and why (``not_supported_reasons``); ``backend="auto"`` walks the
-device's candidates in priority order and takes the first with no reasons, a forced backend is
-checked the same way, and when nothing qualifies the error lists every candidate with its
-reasons. A backend that gathers and scatters rows itself contracts gather -> attend -> scatter
-into one node of the graph; that contraction is a recorded fusion.
+Every head group goes through decide -> layout -> ranges -> attend (-> merge into the output
+when the plan has several groups). For each group the planner
+
+1. replaces the group by an exactly equivalent dense one when its mask is statically trivial
+   (``simplify``): one hash bucket keeps every pair, a feature support of all D features is
+   the plain dot. Only then may dense attention run a sparse spec: a high visited fraction
+   alone never sends a drop or hash mask to dense attention, since that would change the
+   result; the plan notes when dense attention would have been cheaper;
+2. asks every candidate backend for its reasons not to run the group
+   (``not_supported_reasons``, the single source of truth); with ``backend="auto"`` every
+   registered backend is a candidate, and one without a cost entry for the device is refused
+   with that reason; a forced backend is checked the same way;
+3. prices the others with the cost model (planner/cost.py: fixed + per visited tile, with the
+   visited fraction estimated from the spec) and takes the cheapest; ties go to registration
+   order. When nothing qualifies, the error lists every candidate with its reasons, in the
+   format explain() uses for the refusals of a plan that succeeded.
+
+A backend's stage chains (``FUSIONS``) are contracted into one node of the graph each; every
+contraction is a recorded fusion.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 
 from ..backends import REGISTRY, Backend
-from ..ir import AttentionInputs, HeadGroup, Program, resolve_heads
+from ..ir import (
+    AttentionInputs,
+    Causal,
+    DotScore,
+    FeatureDotScore,
+    HeadGroup,
+    Layout,
+    NotSelf,
+    Program,
+    SameBucket,
+    resolve_heads,
+)
+from .cost import CostTable, Shape, default_costs, estimate_visited
 
-__all__ = ["AUTO_ORDER", "Assignment", "NoBackendError", "Plan", "make_plan"]
-
-# candidates for backend="auto", in priority order, per device type
-AUTO_ORDER: dict[str, tuple[str, ...]] = {
-    "cuda": ("sdpa", "triton", "reference"),
-    "cpu": ("reference",),
-}
+__all__ = ["Assignment", "NoBackendError", "Plan", "format_refusals", "make_plan", "plan_ms", "shape_of", "simplify"]
 
 
 class NoBackendError(RuntimeError):
@@ -32,12 +51,27 @@ class NoBackendError(RuntimeError):
 
 @dataclass(frozen=True)
 class Assignment:
-    """One head group, its resolved heads, the backend that runs it and those refused first."""
+    """One head group as it runs, its heads, its backend, and how the choice was made.
+
+    ``lowered`` is the group the spec lowered to when ``group`` is its exact simplification;
+    ``costs`` the estimated ms of every backend that could run it, cheapest first; ``visited``
+    the estimated fraction of dense tiles a tile-skipping kernel visits; ``notes`` what the
+    planner wants a reader to know (simplifications, a cheaper dense plan it may not use);
+    ``split`` the chosen backend's (host floor, work) estimate in ms; ``dense_heads`` the heads
+    of a PerHead's dense group fused into this group's launch (run with one bucket and every
+    token kept, which is exactly dense attention).
+    """
 
     group: HeadGroup
     heads: tuple[int, ...]
     backend: Backend
     refused: tuple[tuple[str, tuple[str, ...]], ...]
+    costs: tuple[tuple[str, float], ...] = ()
+    visited: float = 1.0
+    notes: tuple[str, ...] = ()
+    lowered: HeadGroup | None = None
+    split: tuple[float, float] = (0.0, 0.0)
+    dense_heads: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -48,18 +82,60 @@ class Plan:
     assignments: tuple[Assignment, ...]
     graph: nx.DiGraph
     fusions: tuple[str, ...]
+    mode: str = "fwd"
+
+    @property
+    def estimated_ms(self) -> float:
+        return plan_ms(self.assignments)
 
     def describe(self) -> str:
-        lines = [f"blocks: block_q={self.program.block_q} block_k={self.program.block_k}"]
+        lines = [
+            f"blocks: block_q={self.program.block_q} block_k={self.program.block_k}; "
+            f"estimated {self.estimated_ms:.3g} ms a call ({self.mode})"
+        ]
         for i, a in enumerate(self.assignments):
-            lines.append(f"group {i}: {a.group.describe()} -> {a.backend.NAME} (heads {list(a.heads)})")
+            dense = f", dense heads {list(a.dense_heads)} fused in" if a.dense_heads else ""
+            lines.append(f"group {i}: {a.group.describe()} -> {a.backend.NAME} (heads {list(a.heads)}{dense})")
             stages = [n for n in nx.topological_sort(self.graph) if self.graph.nodes[n]["group"] == i]
             lines.append("  stages: " + " -> ".join(f"{n.split(':', 1)[1]}[{self.graph.nodes[n]['backend']}]" for n in stages))
-            for name, reasons in a.refused:
-                lines.append(f"  refused {name}: {'; '.join(reasons)}")
+            if a.costs:
+                est = ", ".join(f"{n} {ms:.3g} ms" if ms < float("inf") else f"{n} not priced" for n, ms in a.costs)
+                lines.append(f"  estimated: {est}; visited tiles {100 * a.visited:.1f}%")
+            lines += [f"  note: {n}" for n in a.notes]
+            lines += [f"  refused {line}" for line in format_refusals(a.refused)]
         if self.fusions:
             lines.append("fusions: " + "; ".join(self.fusions))
         return "\n".join(lines)
+
+
+def plan_ms(assignments) -> float:
+    """A plan's estimate: its calls' host floors and work overlap, so the larger sum."""
+    return max(sum(a.split[0] for a in assignments), sum(a.split[1] for a in assignments))
+
+
+def format_refusals(refused) -> list[str]:
+    """``name: reason; reason`` per refused backend (errors and explain() share the format)."""
+    return [f"{name}: {'; '.join(reasons)}" for name, reasons in refused]
+
+
+def simplify(group: HeadGroup, head_dim: int) -> tuple[HeadGroup, str | None]:
+    """The group with every predicate and score part that is true for any valid decisions
+    removed, and what was removed (None when nothing was). Exact by construction: one bucket
+    value means every kept pair shares it; k = D distinct features are all the features."""
+    new, why = group, []
+    if group.has(SameBucket) and group.buckets == 1:
+        preds = tuple(p for p in group.predicates if not isinstance(p, SameBucket))
+        new = replace(new, predicates=preds, layout=Layout.of(compact=group.layout.compacts, sort=False))
+        why.append("one bucket: every pair shares it, so no sort and no bucket test")
+    if isinstance(group.score, FeatureDotScore) and group.score.k >= head_dim:
+        new = replace(new, score=DotScore())
+        why.append(f"k={group.score.k} features of D={head_dim}: the plain dot")
+    return new, ("; ".join(why) if why else None)
+
+
+def shape_of(inputs: AttentionInputs, heads: int, causal: bool) -> Shape:
+    mode = "fwd_bwd" if inputs.requires_grad else "fwd"
+    return Shape(inputs.batch, heads, inputs.seqlen, inputs.head_dim, inputs.dtype, mode, causal)
 
 
 def _reasons(name: str, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
@@ -69,71 +145,175 @@ def _reasons(name: str, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
     return backend.not_supported_reasons(group, inputs)
 
 
-def make_plan(program: Program, inputs: AttentionInputs, *, backend: str = "auto", has_decide: bool) -> Plan:
+@dataclass(frozen=True)
+class _Choice:
+    backend: Backend | None  # the cheapest, None when every candidate refused
+    refused: tuple[tuple[str, tuple[str, ...]], ...]
+    priced: tuple[tuple[str, float], ...]  # cheapest first
+    split: tuple[float, float]  # the cheapest's (floor, work)
+    visited: float
+
+
+def _choose(
+    group: HeadGroup,
+    heads: tuple[int, ...],
+    inputs: AttentionInputs,
+    backend: str,
+    costs: CostTable,
+    visited: float | None = None,
+) -> _Choice:
+    """Every candidate's reasons or price; ``visited`` overrides the spec's estimate."""
+    names = tuple(REGISTRY) if backend == "auto" else (backend,)
+    shape = shape_of(inputs, len(heads), group.causal is not None)
+    refused, priced, splits, fractions = [], [], {}, {}
+    for name in names:
+        reasons = _reasons(name, group, inputs)
+        entry = costs.entry(inputs.device.type, name)
+        if backend == "auto" and entry is None:
+            reasons.append(
+                f"no cost entry for {inputs.device.type} in the cost model (planner/costs.json); "
+                f"backend={name!r} forces it"
+            )
+        if reasons:
+            refused.append((name, tuple(reasons)))
+            continue
+        # the fraction depends on the tiles of the backend that would run it
+        if visited is None:
+            fractions[name] = estimate_visited(group, inputs.seqlen, *REGISTRY[name].blocks(inputs))
+        else:
+            fractions[name] = visited
+        splits[name] = entry.split(shape, fractions[name]) if entry else (float("inf"), float("inf"))
+        priced.append((name, max(splits[name])))
+    order = {n: i for i, n in enumerate(names)}
+    priced.sort(key=lambda p: (p[1], order[p[0]]))
+    best = priced[0][0] if priced else None
+    return _Choice(
+        REGISTRY.get(best) if best else None, tuple(refused), tuple(priced), splits.get(best, (0.0, 0.0)),
+        fractions.get(best, 1.0),
+    )  # fmt: skip
+
+
+def _dense_note(group: HeadGroup, heads, inputs, chosen: tuple[str, float], costs: CostTable) -> str | None:
+    """Say so when dense attention would be cheaper than the sparse plan but is not exact."""
+    causal = tuple(p for p in group.predicates if isinstance(p, Causal))
+    dense = HeadGroup(group.heads, Layout.IDENTITY, causal, DotScore())
+    if dense == group:
+        return None
+    alt = _choose(dense, heads, inputs, "auto", costs)
+    if alt.backend is None or alt.priced[0][1] >= chosen[1]:
+        return None
+    return (
+        f"dense attention ({alt.backend.NAME}, est. {alt.priced[0][1]:.3g} ms) would be cheaper than {chosen[0]} "
+        f"(est. {chosen[1]:.3g} ms) but is not exact for this mask; the sparse plan runs"
+    )
+
+
+def make_plan(
+    program: Program,
+    inputs: AttentionInputs,
+    *,
+    backend: str = "auto",
+    has_decide: bool,
+    costs: CostTable | None = None,
+) -> Plan:
     """Assign a backend to every head group of ``program`` and build the stage graph."""
-    if backend == "auto":
-        order = AUTO_ORDER.get(inputs.device.type, ("reference",))
-    else:
-        order = (backend,)
-    assignments = []
-    for group, heads in zip(program.groups, resolve_heads(program, inputs.heads), strict=True):
+    costs = costs or default_costs()
+    assignments, groups = [], []
+    for lowered, heads in zip(program.groups, resolve_heads(program, inputs.heads), strict=True):
+        group, why = simplify(lowered, inputs.head_dim)
+        groups.append(group)
         if not heads:
             continue
-        refused = []
-        for name in order:
-            reasons = _reasons(name, group, inputs)
-            if not reasons:
-                assignments.append(Assignment(group, tuple(heads), REGISTRY[name], tuple(refused)))
-                break
-            refused.append((name, tuple(reasons)))
-        else:
-            detail = "\n".join(f"  {n}: {'; '.join(r)}" for n, r in refused)
+        c = _choose(group, tuple(heads), inputs, backend, costs)
+        if c.backend is None:
+            detail = "\n".join(f"  {line}" for line in format_refusals(c.refused))
             what = "no backend can" if backend == "auto" else f"backend {backend!r} cannot"
             raise NoBackendError(f"{what} run head group {group.describe()}:\n{detail}")
+        notes = [f"simplified exactly from {lowered.describe()}: {why}"] if why else []
+        if backend == "auto" and (note := _dense_note(group, tuple(heads), inputs, c.priced[0], costs)):
+            notes.append(note)
+        assignments.append(
+            Assignment(group, tuple(heads), c.backend, c.refused, c.priced, c.visited, tuple(notes),
+                       lowered if why else None, c.split)
+        )  # fmt: skip
+    fused = _fuse_dense_heads(assignments, inputs, backend, costs)
+    if fused is not None:
+        assignments = [fused]
+    program = replace(program, groups=tuple(groups))  # as run: prepare() builds these groups
     prepared = [a.backend for a in assignments if a.backend.needs_prepare]
     if prepared:
         program = program.with_blocks(*prepared[0].blocks(inputs))
     graph, fusions = _stage_graph(assignments, has_decide)
-    return Plan(program, tuple(assignments), graph, fusions)
+    if fused is not None:
+        fusions = (f"group 0: PerHead's dense heads {list(fused.dense_heads)} in the same launch as its rest", *fusions)
+    return Plan(program, tuple(assignments), graph, fusions, "fwd_bwd" if inputs.requires_grad else "fwd")
+
+
+def _fuse_dense_heads(assignments: list[Assignment], inputs, backend: str, costs: CostTable) -> Assignment | None:
+    """PerHead's dense heads and its rest as one launch of the rest's backend, when that is
+    cheaper than two: the dense heads run with one bucket and every token kept, which is
+    exactly dense attention when the rest's mask adds only keep and same-bucket tests to the
+    same causality (not for attend_self=False, nor for a feature-sparse score)."""
+    if len(assignments) != 2:
+        return None
+    dense, rest = assignments
+    if dense.group.heads is None or rest.group.heads is not None:
+        return None
+    g = rest.group
+    same_causality = tuple(p for p in g.predicates if isinstance(p, Causal)) == dense.group.predicates
+    if not same_causality or g.has(NotSelf) or not isinstance(g.score, DotScore):
+        return None
+    heads = tuple(range(inputs.heads))
+    visited = (len(rest.heads) * rest.visited + len(dense.heads)) / inputs.heads
+    c = _choose(g, heads, inputs, backend, costs, visited=visited)
+    if c.backend is None or not c.backend.needs_prepare or max(c.split) >= plan_ms(assignments):
+        return None
+    note = (
+        f"dense heads {list(dense.heads)} fused into this launch (est. {max(c.split):.3g} ms against "
+        f"{plan_ms(assignments):.3g} ms for two calls): they run with one bucket and every token kept"
+    )
+    return replace(rest, heads=heads, backend=c.backend, refused=c.refused, costs=c.priced, visited=visited,
+                   notes=(*rest.notes, note), split=c.split, dense_heads=dense.heads)  # fmt: skip
 
 
 def _stage_graph(assignments: list[Assignment], has_decide: bool) -> tuple[nx.DiGraph, tuple[str, ...]]:
-    """decide -> layout -> ranges -> gather -> attend -> scatter per group, with the stages a
-    backend runs as one kernel contracted into one node (each contraction is a fusion)."""
+    """decide -> layout -> ranges -> gather -> attend -> scatter (-> merge) per group; the
+    stages a backend does not run itself are the IR's torch code, and each of its FUSIONS is
+    contracted into one node (a recorded fusion)."""
     graph = nx.DiGraph()
     fusions = []
     for i, a in enumerate(assignments):
         b = a.backend
-        stages: list[tuple[str, str]] = [("decide", "torch")] if has_decide and a.group.heads is None else []
+        own = lambda s: b.NAME if s in b.STAGES else "torch"  # noqa: E731
+        stages: list[tuple[str, str]] = [("decide", own("decide"))] if has_decide and a.group.heads is None else []
         if b.needs_prepare:
-            stages += [("layout", "torch"), ("ranges", "torch"), ("gather", "torch"), ("attend", b.NAME), ("scatter", "torch")]
+            stages += [(s, own(s)) for s in ("layout", "ranges")]
+            # a backend that reads rows through the index tensors gathers and scatters nothing
+            stages += [(s, b.NAME) for s in ("gather", "attend", "scatter") if s in b.STAGES]
         else:
             stages.append(("attend", b.NAME))
-        for s, backend in stages:
-            graph.add_node(f"{i}:{s}", group=i, backend=backend)
-        graph.add_edges_from(
-            (f"{i}:{x}", f"{i}:{y}") for (x, _), (y, _) in zip(stages, stages[1:], strict=False)
-        )
-        if getattr(b, "FUSES_INDEX_BUILDING", False):
-            graph = _contract(graph, i, ("layout", "ranges"), b.NAME)
-            fusions.append(f"group {i}: layout+ranges in {b.NAME} kernels (sort keys, one sort, one block pass per side)")
-        if getattr(b, "FUSES_GATHER_SCATTER", False):
-            graph = _contract(graph, i, ("gather", "attend", "scatter"), b.NAME)
-            fusions.append(f"group {i}: gather+attend+scatter in one {b.NAME} kernel (rows read and written through the layout's order)")
-        elif b.needs_prepare:
-            # a dense-math backend gathers nothing: its attend reads the index tensors itself
-            graph = _contract(graph, i, ("gather", "attend", "scatter"), b.NAME, name="attend")
+        if len(assignments) > 1:
+            stages.append(("merge", "torch"))  # the group's heads written into the output
+        for s, who in stages:
+            graph.add_node(f"{i}:{s}", group=i, backend=who)
+        graph.add_edges_from((f"{i}:{x}", f"{i}:{y}") for (x, _), (y, _) in zip(stages, stages[1:], strict=False))
+        names = [s for s, _ in stages]
+        for chain in b.FUSIONS:
+            if all(s in names for s in chain):
+                graph = _contract(graph, i, chain, b.NAME)
+                fusions.append(f"group {i}: {'+'.join(chain)} in one {b.NAME} kernel")
     return graph, tuple(fusions)
 
 
-def _contract(graph: nx.DiGraph, group: int, stages: tuple[str, ...], backend: str, name: str | None = None) -> nx.DiGraph:
-    """Merge a chain of a group's stages into one node named ``a+b+c`` (or ``name``)."""
+def _contract(graph: nx.DiGraph, group: int, stages: tuple[str, ...], backend: str) -> nx.DiGraph:
+    """Merge a chain of a group's stages into one node named ``a+b+c``."""
     nodes = [f"{group}:{s}" for s in stages]
     keep = nodes[0]
     for n in nodes[1:]:
         graph = nx.contracted_nodes(graph, keep, n, self_loops=False)
-    merged = f"{group}:{name or '+'.join(stages)}"
+    merged = f"{group}:{'+'.join(stages)}"
     graph = nx.relabel_nodes(graph, {keep: merged})
     graph.nodes[merged].pop("contraction", None)
     graph.nodes[merged]["backend"] = backend
     return graph
+

@@ -28,8 +28,10 @@ class TritonBackend(Backend):
 
     NAME = "triton"
     SUPPORTED_DEVICES = ("cuda", "cpu")
-    FUSES_GATHER_SCATTER = True
-    FUSES_INDEX_BUILDING = True
+    STAGES = ("layout", "ranges", "gather", "attend", "scatter")
+    # the index kernels build layout and ranges together (sort keys, one sort, one block pass
+    # per side); the attention kernels read and write rows through the layout's order
+    FUSIONS = (("layout", "ranges"), ("gather", "attend", "scatter"))
 
     def _reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
         if not _HAVE_TRITON:
@@ -58,6 +60,10 @@ class TritonBackend(Backend):
             program, group, heads, decisions,
             batch=inputs.batch, n_heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,
         )  # fmt: skip
+
+    def input_copies(self, inputs: AttentionInputs) -> list[str]:
+        strided = [n for n, t in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v)) if t.stride(-1) != 1]
+        return [f"{n} (the kernels need unit stride along D; other strides are read in place)" for n in strided]
 
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
         from .interpreter import patch_bf16_dot

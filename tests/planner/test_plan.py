@@ -1,0 +1,232 @@
+"""The planner's rules, each on its own: dense groups go to the cheapest dense backend,
+exactly-dense masks are simplified and may then run dense, a high visited fraction never sends
+a drop or hash mask to dense attention (the plan says so instead), PerHead's groups run
+separately or fused by cost, ties go to registration order, refusals and errors share one
+format, and a backend's FUSIONS become recorded graph contractions.
+
+The device rules are checked on the CPU with synthetic cost tables (the real backends, priced
+as a GPU would price them); the shipped table is checked in test_cost.py. CPU only.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilesparse as ts
+from tilesparse.backends import REGISTRY, Backend
+from tilesparse.backends.base import select_heads
+from tilesparse.ir import check_inputs, lower
+from tilesparse.planner import CostTable, make_plan
+from tilesparse.planner import plan as plan_module
+from tilesparse.testing import assert_equivalent
+
+
+def entry(fixed: float, per_unit_us: float, *, floor: float = 0.0, skips: bool = False) -> dict:
+    line = [fixed, per_unit_us]
+    return {
+        "source": "test",
+        "skips_tiles": skips,
+        "floor_ms": {"fwd": floor, "fwd_bwd": floor},
+        "stages": {"attend": {"fwd": line, "fwd_bwd": line}},
+    }
+
+
+# a GPU-like table for the CPU: sdpa is the fast dense kernel, the executor skips tiles with a
+# host floor (as Triton does), the reference is dense and slow
+GPU_LIKE = {
+    "sdpa": entry(0.03, 0.004, floor=0.03),
+    "executor": entry(0.1, 0.006, floor=0.9, skips=True),
+    "reference": entry(0.3, 0.5, floor=0.3),
+}
+
+
+def table(entries: dict) -> CostTable:
+    return CostTable.from_dict({"meta": {}, "devices": {"cpu": entries}})
+
+
+def inputs(B=1, H=4, T=4096, D=64, dtype=torch.float16, grad=False):
+    q, k, v = (torch.zeros(B, h, T, D, dtype=dtype, requires_grad=grad) for h in (H, H, H))
+    return check_inputs(q, k, v)
+
+
+def plan_of(spec, costs=GPU_LIKE, backend="auto", causal=True, **kw):
+    return make_plan(lower(spec, causal=causal), inputs(**kw), backend=backend, has_decide=True, costs=table(costs))
+
+
+def backends_of(plan):
+    return [a.backend.NAME for a in plan.assignments]
+
+
+def test_a_dense_spec_goes_to_the_cheapest_dense_backend():
+    assert backends_of(plan_of(ts.Dense())) == ["sdpa"]
+    slow_sdpa = {**GPU_LIKE, "sdpa": entry(0.03, 0.6)}
+    assert backends_of(plan_of(ts.Dense(), slow_sdpa)) == ["executor"]
+    # on the CPU's shipped table only the reference is a candidate
+    cpu = make_plan(lower(ts.Dense(), causal=True), inputs(T=64), has_decide=False)
+    assert backends_of(cpu) == ["reference"]
+
+
+def test_ties_go_to_registration_order():
+    same = {n: entry(1.0, 0.0) for n in ("sdpa", "reference")}
+    names = list(REGISTRY)
+    assert backends_of(plan_of(ts.Dense(), same)) == [min(("sdpa", "reference"), key=names.index)]
+
+
+def test_the_choice_follows_the_visited_fraction():
+    # the executor skips tiles: cheaper than dense sdpa when few are visited
+    assert backends_of(plan_of(ts.Hash(buckets=64), {**GPU_LIKE, "sdpa": entry(0.03, 0.004)})) == ["executor"]
+    # a sparse mask sdpa cannot run still goes to the cheapest backend that can
+    costly_executor = {**GPU_LIKE, "executor": entry(50.0, 0.006, skips=True)}
+    assert backends_of(plan_of(ts.Hash(buckets=64), costly_executor)) == ["reference"]
+
+
+def test_exactly_dense_masks_are_simplified_and_may_run_dense():
+    for spec in (ts.Hash(buckets=1), ts.TopKFeatures(k=64), ts.Hybrid(parts=[ts.Hash(buckets=1), ts.TopKFeatures(k=64)])):
+        plan = plan_of(spec)
+        (a,) = plan.assignments
+        assert a.backend.NAME == "sdpa", spec
+        assert a.lowered is not None and "simplified exactly" in plan.describe()
+    # one bucket without attending to itself is strictly causal: sdpa cannot, the rest can
+    (a,) = plan_of(ts.Hash(buckets=1, attend_self=False)).assignments
+    assert a.backend.NAME != "sdpa" and a.group.layout.value == "identity"
+    assert "k<q" in a.group.describe()
+    # one bucket among drops: still a drop mask
+    (a,) = plan_of(ts.Hybrid(parts=[ts.Hash(buckets=1), ts.QKDrop(keep=0.5)])).assignments
+    assert a.group.layout.value == "compact" and a.backend.NAME != "sdpa"
+
+
+@pytest.mark.parametrize("spec", [ts.QKDrop(keep=1.0), ts.Hash(buckets=2)], ids=str)
+def test_a_dense_visited_fraction_keeps_the_sparse_kernel_and_says_so(spec):
+    # at T=256 every tile is visited: dense sdpa would be cheaper but is not exact for these masks
+    plan = plan_of(spec, T=256)
+    (a,) = plan.assignments
+    assert a.backend.NAME != "sdpa" and a.visited == 1.0
+    assert any("would be cheaper" in n and "not exact" in n for n in a.notes), a.notes
+    assert "note: dense attention (sdpa" in plan.describe()
+    # when the sparse plan is the cheaper one there is nothing to say
+    (a,) = plan_of(ts.Hash(buckets=64), {**GPU_LIKE, "executor": entry(0.0, 0.001, skips=True)}).assignments
+    assert not a.notes
+
+
+def test_per_head_groups_run_separately_or_fused_by_cost():
+    spec = ts.PerHead(dense_heads=[0, 1], rest=ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)]))
+    # device bound: the dense heads are cheaper on sdpa than as dense tiles of the executor
+    device_bound = {**GPU_LIKE, "executor": entry(0.1, 0.006, skips=True)}
+    separate = plan_of(spec, device_bound, T=16384)
+    assert backends_of(separate) == ["sdpa", "executor"]
+    assert [a.heads for a in separate.assignments] == [(0, 1), (2, 3)]
+    assert separate.estimated_ms == pytest.approx(sum(a.split[1] for a in separate.assignments))
+    # host bound (the executor's floor, as Triton's): a second call only adds host time, so one
+    # launch, the dense heads run with one bucket and every token kept
+    fused = plan_of(spec)
+    (a,) = fused.assignments
+    assert a.backend.NAME == "executor" and a.heads == (0, 1, 2, 3) and a.dense_heads == (0, 1)
+    assert 0.5 < a.visited < 1 and fused.estimated_ms == pytest.approx(0.9)
+    assert any("dense heads [0, 1] in the same launch" in f for f in fused.fusions)
+    # never fused where it would change the result: a strict causal rest, a feature-sparse score
+    for rest in (ts.Hash(buckets=4, attend_self=False), ts.TopKFeatures(k=8)):
+        plan = plan_of(ts.PerHead(dense_heads=[0], rest=rest))
+        assert len(plan.assignments) == 2, rest
+
+
+@pytest.mark.parametrize("costs", ["separate", "fused", "fused-triton"])
+def test_per_head_plans_run_exactly(costs, monkeypatch):
+    # fused: one backend for everything (the reference, or the Triton kernels in the
+    # interpreter, whose host floor makes one launch cheaper); separate: sdpa for the dense heads
+    entries = {
+        "fused": {"reference": entry(0.05, 60.0, floor=0.05)},
+        "fused-triton": {"triton": entry(0.0, 0.001, floor=1.0, skips=True)},
+        "separate": {"sdpa": entry(0.0, 0.001), "executor": entry(0.0, 1.0, skips=True)},
+    }[costs]
+    monkeypatch.setattr(plan_module, "default_costs", lambda: table(entries))
+    spec = ts.PerHead(dense_heads=[1, 2], rest=ts.Hybrid(parts=[ts.Hash(buckets=3), ts.QKDrop(keep=0.6)]))
+    attn = ts.compile(spec)
+    q, k, v = (torch.randn(2, 4, 70, 16, requires_grad=True) for _ in range(3))
+    plan = attn.plan(q, k, v)
+    assert len(plan.assignments) == (2 if costs == "separate" else 1)
+    dec = attn.decide(q, k, generator=torch.Generator().manual_seed(0))
+    assert_equivalent(attn, q, k, v, decisions=dec)
+
+
+def test_simplified_plans_run_exactly(monkeypatch):
+    monkeypatch.setattr(plan_module, "default_costs", lambda: table({**GPU_LIKE, "executor": entry(9.0, 1.0)}))
+    q, k, v = (torch.randn(1, 2, 90, 16, requires_grad=True) for _ in range(3))
+    for spec in (ts.Hash(buckets=1), ts.TopKFeatures(k=16), ts.Hash(buckets=1, attend_self=False)):
+        attn = ts.compile(spec)
+        assert attn.plan(q, k, v).assignments[0].lowered is not None
+        assert_equivalent(attn, q, k, v, decisions=attn.decide(q, k))
+
+
+def test_refusals_and_errors_share_one_format():
+    plan = plan_of(ts.Hash(buckets=4))
+    refused = dict(plan.assignments[0].refused)
+    assert "sdpa" in refused and "layout sort is not identity" in "; ".join(refused["sdpa"])
+    line = "sdpa: " + "; ".join(refused["sdpa"])
+    assert f"refused {line}" in plan.describe()
+    with pytest.raises(ts.NoBackendError) as forced:
+        plan_of(ts.Hash(buckets=4), backend="sdpa")
+    assert f"backend 'sdpa' cannot run head group heads[rest] layout=sort" in str(forced.value)
+    assert f"\n  {line}" in str(forced.value)
+
+
+def test_when_no_backend_can_run_the_error_lists_every_candidate():
+    with pytest.raises(ts.NoBackendError) as info:
+        plan_of(ts.Hash(buckets=4), {"sdpa": GPU_LIKE["sdpa"]})
+    text = str(info.value)
+    assert text.startswith("no backend can run head group heads[rest] layout=sort")
+    for name in REGISTRY:
+        assert f"\n  {name}: " in text, name
+    assert "executor: no cost entry for cpu in the cost model" in text
+    assert "sdpa: layout sort is not identity" in text
+
+
+class _FusingBackend(Backend):
+    """A stand-in for a backend that hashes and sorts in one pass (as CuPy may)."""
+
+    NAME = "test-fusing"
+    STAGES = ("decide", "layout", "ranges", "attend")
+    FUSIONS = (("decide", "layout"),)
+
+    def attend(self, g, inputs):  # pragma: no cover - never run
+        raise NotImplementedError
+
+
+def test_a_new_backend_plugs_in_with_its_stages_fusions_and_cost_entry():
+    REGISTRY[_FusingBackend.NAME] = _FusingBackend()
+    try:
+        plan = plan_of(ts.Hash(buckets=4), {**GPU_LIKE, "test-fusing": entry(0.0, 0.0001, skips=True)})
+    finally:
+        del REGISTRY[_FusingBackend.NAME]
+    (a,) = plan.assignments
+    assert a.backend.NAME == "test-fusing"
+    nodes = {n: d["backend"] for n, d in plan.graph.nodes(data=True)}
+    assert nodes == {"0:decide+layout": "test-fusing", "0:ranges": "test-fusing", "0:attend": "test-fusing"}
+    assert plan.fusions == ("group 0: decide+layout in one test-fusing kernel",)
+    assert "stages: decide+layout[test-fusing] -> ranges[test-fusing] -> attend[test-fusing]" in plan.describe()
+
+
+def test_backends_name_the_stages_they_do_not_implement():
+    q = inputs(T=64)
+    group = lower(ts.Hash(buckets=4), causal=True).groups[0]
+    assert REGISTRY["reference"].not_supported_reasons(group, q, stage="layout") == [
+        "does not implement stage 'layout' (implements attend)"
+    ]
+    assert REGISTRY["triton"].STAGES == ("layout", "ranges", "gather", "attend", "scatter")
+
+
+def test_triton_plans_record_their_fusions():
+    plan = make_plan(lower(ts.Hash(buckets=4), causal=True), inputs(T=64, dtype=torch.float32), backend="triton", has_decide=True)
+    assert plan.fusions == (
+        "group 0: layout+ranges in one triton kernel",
+        "group 0: gather+attend+scatter in one triton kernel",
+    )
+    assert "stages: decide[torch] -> layout+ranges[triton] -> gather+attend+scatter[triton]" in plan.describe()
+
+
+def test_head_groups_are_selected_as_views():
+    t = torch.randn(2, 6, 8, 16)
+    assert select_heads(t, (2, 3, 4), 6)._base is t
+    assert select_heads(t, tuple(range(6)), 6) is t
+    assert select_heads(t, (0, 2), 6)._base is None  # not a run: a copy
+    torch.testing.assert_close(select_heads(t, (0, 2), 6), t[:, [0, 2]])

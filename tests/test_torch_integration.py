@@ -1,0 +1,161 @@
+"""torch integration on the CPU: ``torch.compile(fullgraph=True)`` over a module that calls a
+compiled attention traces without graph breaks (the call becomes tilesparse's custom ops) and
+gives the eager outputs and gradients, on the reference, the executor and the interpreted
+Triton path; a training loop with fresh decisions every step neither re-plans nor recompiles
+(plans, dynamo graphs and Triton launch keys flat over 100 steps); the op works under
+``torch.autocast`` and with non-contiguous inputs, and explain() says what it copies.
+
+The compiled tests use the ``aot_eager`` backend (dynamo + AOTAutograd, which exercises the
+fake implementations and the registered autograd; inductor adds C++ compilation, minutes on
+two cores) and a counting backend for the recompilation test.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilesparse as ts
+from tilesparse.backends.triton.op import launch_key, tile_config
+from tilesparse.testing import AttentionBlock
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    # dynamo caches per code object (AttentionBlock.forward is shared by every test): start each clean
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+SPECS = [
+    ts.Dense(),
+    ts.Hybrid(parts=[ts.Hash(buckets=4), ts.QKDrop(keep=0.6)]),
+    ts.PerHead(dense_heads=[1], rest=ts.TopKFeatures(k=4)),
+]
+
+
+def Block(attn, seed=0):
+    torch.manual_seed(seed)
+    return AttentionBlock(attn, heads=2, head_dim=16)
+
+
+def _run(model, x, seed):
+    torch.manual_seed(seed)  # the criteria draw from the global generator: same draws both ways
+    out = model(x)
+    out.square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    model.zero_grad()
+    x.grad = None
+    return out.detach(), grads
+
+
+@pytest.mark.parametrize("backend", ["auto", "executor", "triton"])
+@pytest.mark.parametrize("spec", SPECS, ids=str)
+def test_compiled_module_matches_eager(spec, backend):
+    attn = ts.compile(spec, causal=True, backend=backend)
+    model = Block(attn)
+    x = torch.randn(2, 40, 32, requires_grad=True)
+    want, want_grads = _run(model, x, seed=1)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    got, got_grads = _run(compiled, x, seed=1)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def test_compiled_calls_with_given_decisions():
+    attn = ts.compile(ts.Hash(buckets=3), backend="executor")
+    q, k, v = (torch.randn(1, 2, 30, 16, requires_grad=True) for _ in range(3))
+    dec = attn.decide(q, k, generator=torch.Generator().manual_seed(0))
+    f = torch.compile(lambda q, k, v, b1, b2: attn(q, k, v, decisions=ts.Decisions(q_bucket=b1, k_bucket=b2)),
+                      fullgraph=True, backend="aot_eager")  # fmt: skip
+    out = f(q, k, v, dec.q_bucket, dec.k_bucket)
+    dq = torch.autograd.grad(out.sum(), q)[0]
+    want = attn(q, k, v, decisions=dec)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(dq, torch.autograd.grad(want.sum(), q)[0])
+
+
+def test_a_training_loop_neither_replans_nor_recompiles():
+    attn = ts.compile(ts.QKDrop(keep=0.5), backend="reference")
+    model = Block(attn)
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    step = torch.compile(model, fullgraph=True, backend=counting)
+    x = torch.randn(1, 32, 32)
+    for i in range(100):  # fresh decisions (and compacted lengths) every step
+        torch.manual_seed(i)
+        step(x).sum().backward()
+    assert len(graphs) == 1, f"{len(graphs)} dynamo compilations over 100 steps"
+    # one plan for the forward op (no autograd inside it) and one for the backward op's
+    # recomputation (gradients needed), then every call is a cache hit
+    assert attn.stats.plans == 2 and attn.stats.hits == 198
+
+
+def test_fresh_decisions_reuse_the_plan_and_the_triton_launches():
+    attn = ts.compile(ts.Hybrid(parts=[ts.Hash(buckets=4), ts.QKDrop(keep=0.5)]), backend="triton")
+    q, k, v = (torch.randn(1, 2, 64, 16, requires_grad=True) for _ in range(3))
+    cfg = tile_config(16, q.dtype, q.device)
+    keys = set()
+    for i in range(6):
+        attn(q, k, v, generator=torch.Generator().manual_seed(i)).sum().backward()
+        (g,) = attn._last
+        keys.add(launch_key(g, q, cfg, 1, 1))
+    assert len(keys) == 1, "a decision changed what the kernels specialize on"
+    assert attn.stats.plans == 1 and attn.stats.hits == 5
+    # a new sequence length in the same power-of-two bucket shares the plan; another bucket plans
+    attn(*(t[:, :, :50] for t in (q, k, v)))
+    assert attn.stats.plans == 1
+    attn(*(t[:, :, :20] for t in (q, k, v)))
+    assert attn.stats.plans == 2
+
+
+@pytest.mark.parametrize("backend", ["auto", "executor"])
+def test_autocast_casts_the_inputs_and_runs_the_kernels_without_it(backend):
+    attn = ts.compile(ts.Hash(buckets=2), backend=backend)
+    q, k, v = (torch.randn(1, 2, 40, 16) for _ in range(3))
+    dec = attn.decide(q, k, generator=torch.Generator().manual_seed(0))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attn(q, k, v, decisions=dec)
+        mixed = attn(q.bfloat16(), k, v, decisions=dec)  # mixed dtypes are what autocast produces
+    assert out.dtype == torch.bfloat16
+    want = attn(q.bfloat16(), k.bfloat16(), v.bfloat16(), decisions=dec)
+    assert torch.equal(out, want) and torch.equal(mixed, want)
+
+
+def test_autocast_under_torch_compile():
+    attn = ts.compile(ts.QKDrop(keep=0.5))
+    model = Block(attn)
+    x = torch.randn(1, 24, 32)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.manual_seed(0)
+        got = compiled(x)
+        torch.manual_seed(0)
+        want = model(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_non_contiguous_inputs(backend):
+    attn = ts.compile(ts.Hash(buckets=2), backend=backend)
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(1, 40, 2, 32, generator=g)
+    q = base.transpose(1, 2)  # (B, H, T, D) with T and H strides swapped: read in place
+    k = torch.randn(1, 2, 40, 64, generator=g)[..., ::2]  # a strided last dim
+    v = torch.randn(1, 2, 32, 40, generator=g).transpose(2, 3)  # D strided too
+    dec = attn.decide(q, k, generator=g)
+    ref = attn.reference(q, k, v, decisions=dec)
+    torch.testing.assert_close(attn(q, k, v, decisions=dec), ref, atol=1e-4, rtol=0)
+    text = attn.explain(q, k, v, decisions=dec)
+    if backend == "triton":
+        assert "input copies: k (the kernels need unit stride along D" in text and "v (the kernels" in text
+        assert "q (" not in text.split("input copies:")[1].splitlines()[0]
+    else:
+        assert "input copies: none" in text
+    assert "input copies: none" in attn.explain(q, q, q)

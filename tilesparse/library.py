@@ -1,0 +1,133 @@
+"""The compiled op as ``torch.library`` custom ops, so ``torch.compile(fullgraph=True)`` traces a
+model that calls it without graph breaks.
+
+Two ops, both opaque to the compiler:
+
+- ``tilesparse::decide(q, k, key) -> Tensor[]``: the spec's decisions (its fields in
+  ``DECISION_FIELDS`` order); its fake implementation runs the criteria on fake tensors, so
+  shapes and dtypes are the real ones;
+- ``tilesparse::attention(q, k, v, decisions, key, trusted) -> Tensor``: the planned call.
+  Its backward is ``tilesparse::attention_backward``, which recomputes the forward under
+  autograd and differentiates it (FlashAttention's recomputation, applied to the whole op:
+  one extra forward per backward, the price of one op for every backend).
+
+The spec and plan are not tensors: ``key`` names a live :class:`~tilesparse.CompiledAttention`
+in :data:`LIVE` (weakly held). Eager calls never pass through here (no dispatch overhead, no
+recomputation): ``CompiledAttention.__call__`` takes this path only while dynamo traces it.
+"""
+
+import contextlib
+import itertools
+import weakref
+
+import torch
+from torch import Tensor
+
+from .patterns import DECISION_FIELDS, Decisions
+
+__all__ = ["LIVE", "decision_names", "register"]
+
+LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_IDS = itertools.count()
+
+
+def register(attn) -> str:
+    """The key under which the ops find ``attn``."""
+    key = f"attn{next(_IDS)}"
+    LIVE[key] = attn
+    return key
+
+
+def _attn(key: str):
+    attn = LIVE.get(key)
+    if attn is None:
+        raise RuntimeError(f"tilesparse op {key!r}: its CompiledAttention no longer exists")
+    return attn
+
+
+def decision_names(spec) -> list[str]:
+    """The spec's decision fields in the ops' order."""
+    return [n for n in DECISION_FIELDS if n in spec.decision_fields]
+
+
+def to_decisions(names: list[str], tensors: list[Tensor]) -> Decisions:
+    return Decisions(**dict(zip(names, tensors, strict=True)))
+
+
+def no_autocast(device: torch.device):
+    """Kernels run in the inputs' dtype: autocast's casts happened before the op."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.autocast(device.type, enabled=False)
+    return contextlib.nullcontext()
+
+
+# no `from __future__ import annotations` here: custom_op reads these annotations as types
+def _decide(q: Tensor, k: Tensor, key: str) -> list[Tensor]:
+    attn = _attn(key)
+    dec = attn.decide(q, k)
+    return [getattr(dec, n) for n in decision_names(attn.spec)]
+
+
+decide = torch.library.custom_op("tilesparse::decide", _decide, mutates_args=())
+decide.register_fake(_decide)  # the criteria are torch ops: on fake tensors they give the real shapes
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, decisions: list[Tensor], key: str, trusted: bool) -> Tensor:
+    attn = _attn(key)
+    dec = to_decisions(decision_names(attn.spec), decisions)
+    if trusted:
+        dec = dec.trusted(attn.spec)
+    with no_autocast(q.device):
+        return attn._eager(q, k, v, dec if decisions else None, None).contiguous()
+
+
+attention = torch.library.custom_op("tilesparse::attention", _attention, mutates_args=())
+
+
+@attention.register_fake
+def _attention_fake(q, k, v, decisions, key, trusted):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("tilesparse::attention_backward", mutates_args=())
+def attention_backward(
+    grad: Tensor, q: Tensor, k: Tensor, v: Tensor, decisions: list[Tensor], key: str, trusted: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    with _autograd_on():
+        out = _attention(*leaves, decisions, key, trusted)
+    dq, dk, dv = torch.autograd.grad(out, leaves, grad)
+    return dq.contiguous(), dk.contiguous(), dv.contiguous()
+
+
+@attention_backward.register_fake
+def _attention_backward_fake(grad, q, k, v, decisions, key, trusted):
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+
+
+def _autograd_on():
+    """Record autograd inside an op's implementation, which runs below the autograd keys (the
+    custom-op machinery excludes them; the recomputation needs them back)."""
+    C = torch._C
+    exclude = C._dispatch_tls_local_exclude_set()
+    for key in (C.DispatchKey.AutogradFunctionality, C.DispatchKey.AutogradOther, C.DispatchKey.AutogradNestedTensor):
+        exclude = exclude.remove(key)
+    stack = contextlib.ExitStack()
+    stack.enter_context(C._ForceDispatchKeyGuard(C._dispatch_tls_local_include_set(), exclude))
+    stack.enter_context(torch.enable_grad())
+    return stack
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, decisions, key, trusted = inputs
+    ctx.save_for_backward(q, k, v, *decisions)
+    ctx.key, ctx.trusted, ctx.n = key, trusted, len(decisions)
+
+
+def _backward(ctx, grad):
+    q, k, v, *decisions = ctx.saved_tensors
+    dq, dk, dv = attention_backward(grad, q, k, v, decisions, ctx.key, ctx.trusted)
+    return dq, dk, dv, [None] * ctx.n, None, None
+
+
+attention.register_autograd(_backward, setup_context=_setup_context)

@@ -46,9 +46,10 @@ PRIORS: dict[str, dict[str, dict]] = {
             "stages": {"attend": {"fwd": [0.03, 0.0045], "fwd_bwd": [0.08, 0.017]}},
         },
         "triton": {
-            "source": "prior: ~1 ms of host work per call; fp32 dots as tf32x3 (3 products)",
+            "source": "prior: host work per call with decisions given, 0.42-0.59 ms forward and 1.31-1.42 ms "
+            "forward+backward (benchmarks/results/probe_host_h200.json); fp32 dots as tf32x3 (3 products)",
             "skips_tiles": True,
-            "floor_ms": {"fwd": 0.85, "fwd_bwd": 1.6},
+            "floor_ms": {"fwd": 0.45, "fwd_bwd": 1.3},
             "dtype_factor": {"float32": 3.0},
             "stages": {"prepare": {"fwd": [0.45, 0.0]}, "attend": {"fwd": [0.0, 0.006], "fwd_bwd": [0.6, 0.024]}},
         },

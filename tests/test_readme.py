@@ -117,32 +117,65 @@ def test_explain_options_and_errors(capsys):
 
 PERF_LABELS = {
     "Dense (auto: dispatches to SDPA)": "dense",
+    "dense (SDPA)": "dense",
     "QKDrop(0.7)": "keep0.7",
     "QKDrop(0.5)": "keep0.5",
     "QKDrop(0.3)": "keep0.3",
+    "Hash(8)": "hash8",
     "Hash(16)": "hash16",
+    "Hash(64)": "hash64",
     "Hash(16) + QKDrop(0.7)": "hybrid",
 }
 
 
+def _perf_tables() -> list[list[list[str]]]:
+    """The tables of the README's performance section, each a list of rows of cells."""
+    section = README.split("## Performance (H200)", 1)[1].split("\n## ", 1)[0]
+    tables, current = [], []
+    for line in section.splitlines() + [""]:
+        if line.startswith("| "):
+            if "---" not in line:
+                current.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def _close(cell: str, value: float) -> bool:
+    """A README figure rounded to 3 significant digits (at least 2 decimals below 10)."""
+    return abs(float(cell) - value) <= 0.006 * value + 0.006
+
+
 def test_readme_performance_figures_come_from_the_results_json():
-    """Every ms figure in the README's H200 table is the one in the committed results JSON."""
+    """Every figure in the README's H200 tables is the one in the committed results JSON: the
+    target table's ms columns, and the grid tables' ms and speed-ups over flash."""
     import json
 
+    tables = _perf_tables()
+    assert len(tables) == 3, "the target table and the D=64 and D=128 grid tables"
     results = json.loads((ROOT / "benchmarks" / "results" / "bench_targets_h200.json").read_text())
     rows = {(r["pattern"], r["T"]): r for r in results["rows"] if r["mode"] == "fwd_bwd"}
-    section = README.split("## Performance (H200)", 1)[1].split("\n## ", 1)[0]
-    table = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert table, "no performance table in the README"
-    for line in table:
-        cells = [c.strip() for c in line.strip("|").split("|")]
+    for cells in tables[0][1:]:
         pattern, T = PERF_LABELS[cells[0]], int(cells[1].replace(",", ""))
         ms = rows[(pattern, T)]["ms"]
         for cell, key in zip(cells[2:6], ("ours", "ours_incl", "sdpa_flash", "sdpa_cudnn"), strict=True):
             if cell == "-":
                 assert key not in ms, f"{cells[0]} T={T}: README omits {key}, the JSON has it"
                 continue
-            assert abs(float(cell) - ms[key]) <= 0.006 * ms[key] + 0.006, f"{cells[0]} T={T} {key}: {cell} vs {ms[key]}"
+            assert _close(cell, ms[key]), f"{cells[0]} T={T} {key}: {cell} vs {ms[key]}"
+    for table in tables[1:]:
+        D = int(table[0][0].removeprefix("D="))
+        grid = json.loads((ROOT / "benchmarks" / "results" / f"bench_full_d{D}_h200.json").read_text())
+        rows = {(r["pattern"], r["T"]): r for r in grid["rows"] if r["mode"] == "fwd_bwd" and not r["long"]}
+        seqlens = [int(c.removesuffix("k")) * 1024 for c in table[0][1:]]
+        for cells in table[1:]:
+            for T, cell in zip(seqlens, cells[1:], strict=True):
+                ms, speedup = cell.split(" ")
+                r = rows[(PERF_LABELS[cells[0]], T)]
+                assert _close(ms, r["ms"]["ours"]), f"D={D} {cells[0]} T={T}: {ms} vs {r['ms']['ours']}"
+                x = float(speedup.strip("()x"))
+                assert abs(x - r["speedup"]["ours_vs_sdpa_flash"]) <= 0.006 * x + 0.006, f"D={D} {cells[0]} T={T}: {speedup}"
 
 
 def test_readme_training_results_are_the_committed_json():

@@ -35,7 +35,7 @@ KNOWN_LOOP_SPILLS = {
     ("dkdv", torch.float32, 128, False): 322,
     ("dkdv", torch.float32, 128, True): 322,
     ("fwd", torch.float32, 256, False): 834,
-    ("dq", torch.float32, 256, False): 11407,
+    ("dq", torch.float32, 256, False): 11445,
     ("dkdv", torch.float32, 256, False): 15090,
     ("dkdv", torch.float32, 256, True): 15090,
 }
@@ -67,7 +67,7 @@ def test_variant_compiles_for_sm90(variant, reports):
     else:
         assert spills <= known, f"{variant}: {spills} in-loop spills, more than the {known} known"
     assert r["skips_shared_tiles"], f"{variant}: the previous segment's end was folded away: shared tiles run twice"
-    if variant.kernel != "delta" and variant.dtype != torch.float32 and variant.head_dim >= 64:
+    if variant.dtype != torch.float32 and variant.head_dim >= 64:
         assert r["async_gathers"] > 0, f"{variant}: gathered K/V (or Q/dO) tile loads are not pipelined"
 
 

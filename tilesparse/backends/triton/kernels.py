@@ -1,4 +1,4 @@
-"""Tile-skipping attention kernels: forward, dK/dV and dQ over a prepared IR program.
+"""Tile-skipping attention kernels: forward, dQ (with delta) and dK/dV over a prepared IR program.
 
 Every program handles one block of rows of one (batch, query head) and reads rows of Q, K, V,
 dO through the layout's row orders and writes O, dQ, dK, dV at original positions: no reordered
@@ -180,31 +180,6 @@ def _attn_fwd(Q, K, V, O, LSE,
 # backward
 
 
-@triton.jit(do_not_specialize=_RUNTIME)
-def _attn_bwd_delta(O, DO, DELTA, Q_ORDER,
-                    stride_ob, stride_oh, stride_ot,
-                    stride_dob, stride_doh, stride_dot,
-                    n_heads_g, seqlen,
-                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr):
-    """delta = rowsum(dO * O) per layout row (FlashAttention-2's preprocessing)."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // n_heads_g
-    hg = pid_bh % n_heads_g
-    row_base = pid_bh.to(tl.int64) * seqlen
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    m_ok = offs_m < seqlen
-    offs_d = tl.arange(0, BLOCK_D)
-    mask = m_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
-    rows = tl.load(Q_ORDER + row_base + offs_m, mask=m_ok, other=0)
-    o = tl.load(O + b.to(tl.int64) * stride_ob + hg.to(tl.int64) * stride_oh
-                + rows[:, None] * stride_ot + offs_d[None, :], mask=mask, other=0.0)
-    do = tl.load(DO + b.to(tl.int64) * stride_dob + hg.to(tl.int64) * stride_doh
-                 + rows[:, None] * stride_dot + offs_d[None, :], mask=mask, other=0.0)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
-    tl.store(DELTA + row_base + offs_m, delta, mask=m_ok)
-
-
 @triton.jit
 def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
                          q_base, do_base, stride_qt, stride_dot, Q_ORDER, Q_POS, Q_BKT, LSE, DELTA,
@@ -346,11 +321,12 @@ def _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt,
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
-def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA,
+def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
                  Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP,
                  stride_qb, stride_qh, stride_qt,
                  stride_kb, stride_kh, stride_kt,
                  stride_vb, stride_vh, stride_vt,
+                 stride_ob, stride_oh, stride_ot,
                  stride_dob, stride_doh, stride_dot,
                  stride_dqb, stride_dqh, stride_dqt,
                  n_heads_g, seqlen, n_blocks, qk_scale, sm_scale,
@@ -359,7 +335,9 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                  CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
                  NOT_SELF: tl.constexpr, PRECISION: tl.constexpr):
-    """One query block against its key-row ranges (the forward pass's ranges)."""
+    """One query block against its key-row ranges (the forward pass's ranges). It also
+    computes FlashAttention-2's delta = rowsum(dO * O) of its rows and stores it for the dK/dV
+    kernel, which runs after it."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -383,7 +361,10 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA,
     do = tl.load(DO + b.to(tl.int64) * stride_dob + hg.to(tl.int64) * stride_doh
                  + q_rows[:, None] * stride_dot + offs_d[None, :], mask=row_ok, other=0.0)
     lse = tl.load(LSE + row_base + offs_m, mask=m_ok, other=float("inf"))
-    di = tl.load(DELTA + row_base + offs_m, mask=m_ok, other=0.0)
+    o = tl.load(O + b.to(tl.int64) * stride_ob + hg.to(tl.int64) * stride_oh
+                + q_rows[:, None] * stride_ot + offs_d[None, :], mask=row_ok, other=0.0)
+    di = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # dropped rows: 0 (their O is 0)
+    tl.store(DELTA + row_base + offs_m, di, mask=m_ok)
     k_base = K + b.to(tl.int64) * stride_kb + (h // K_GROUP).to(tl.int64) * stride_kh
     v_base = V + b.to(tl.int64) * stride_vb + (h // V_GROUP).to(tl.int64) * stride_vh
 

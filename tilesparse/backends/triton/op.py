@@ -173,18 +173,14 @@ class _SparseAttention(torch.autograd.Function):
         common = dict(HEAD_DIM=D, BLOCK_D=_block_d(D), PRECISION=_precision(q.dtype))
         n_qb = g.q_ranges.shape[2]
 
-        delta = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
-        kernels._attn_bwd_delta[(n_qb, B * Hg)](
-            o, do, delta, g.q_order, *o.stride()[:3], *do.stride()[:3], Hg, T,
-            HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_M=cfg.block_q,
-        )  # fmt: skip
+        delta = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)  # written by the dQ kernel
 
         full = Hg == H
         dq = torch.empty_like(q) if full else torch.zeros_like(q)
         kernels._attn_bwd_dq[(n_qb, B * Hg)](
-            q, k, v, do, dq, lse, delta,
+            q, k, v, o, do, dq, lse, delta,
             g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
             Hg, T, n_qb, scale * LOG2E, scale,
             K_GROUP=k_group, V_GROUP=v_group, BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n,
             MAX_SEG=g.q_ranges.shape[3], num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
@@ -228,7 +224,7 @@ def compiled_kernel_count() -> int:
     """How many kernel binaries Triton has compiled in this process (0 in the interpreter):
     flat across calls with fresh decisions, or something recompiles every step."""
     total = 0
-    for fn in (kernels._attn_fwd, kernels._attn_bwd_delta, kernels._attn_bwd_dq, kernels._attn_bwd_dkdv):
+    for fn in (kernels._attn_fwd, kernels._attn_bwd_dq, kernels._attn_bwd_dkdv):
         for cache in getattr(fn, "device_caches", {}).values():
             total += len(cache[0])
     return total

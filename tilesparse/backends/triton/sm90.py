@@ -42,7 +42,7 @@ _TENSORS = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")
 class Variant:
     """One kernel launch shape: which kernel, dtype, head dim, flags and tile config."""
 
-    kernel: str  # "fwd" | "dq" | "dkdv" | "delta"
+    kernel: str  # "fwd" | "dq" | "dkdv"
     dtype: torch.dtype
     head_dim: int
     flags: tuple[tuple[str, bool], ...]
@@ -51,8 +51,6 @@ class Variant:
 
     def constexprs(self) -> dict:
         c = dict(HEAD_DIM=self.head_dim, BLOCK_D=_block_d(self.head_dim))
-        if self.kernel == "delta":
-            return {**c, "BLOCK_M": self.cfg.block_q}
         group = 2 if self.gqa else 1
         c.update(K_GROUP=group, V_GROUP=group, MAX_SEG=16, PRECISION=_precision(self.dtype), **dict(self.flags))
         if self.kernel == "fwd":
@@ -66,8 +64,6 @@ class Variant:
     def launch(self) -> tuple[int, int]:
         if self.kernel == "fwd":
             return self.cfg.fwd_warps, self.cfg.fwd_stages
-        if self.kernel == "delta":
-            return 4, 1
         return self.cfg.bwd_warps, self.cfg.bwd_stages
 
     def __str__(self) -> str:
@@ -91,7 +87,7 @@ class Report:
         return self.shared <= SHARED_LIMIT and self.loop_spills == 0 and self.skips_shared_tiles
 
 
-_JIT = {"fwd": "_attn_fwd", "dq": "_attn_bwd_dq", "dkdv": "_attn_bwd_dkdv", "delta": "_attn_bwd_delta"}
+_JIT = {"fwd": "_attn_fwd", "dq": "_attn_bwd_dq", "dkdv": "_attn_bwd_dkdv"}
 
 
 def _signature(fn, dtype: str, constexprs: dict) -> dict[str, str]:
@@ -153,8 +149,7 @@ def report(compiled) -> Report:
     stack = int(re.search(r"STACK:(\d+)", usage).group(1))
     ttgir = compiled.asm["ttgir"]
     # the dedup must survive every pass (see kernels._tiles): lo = max(lo, previous segment's hi)
-    loops_segments = compiled.metadata.name != "_attn_bwd_delta"
-    dedup = not loops_segments or re.search(r"arith\.maxsi %lo\w*, %prev_hi", ttgir) is not None
+    dedup = re.search(r"arith\.maxsi %lo\w*, %prev_hi", ttgir) is not None
     gathers = len(re.findall(r"%(?:kT|v|vT|k|qT|q|do)(?:_\d+)? = ttg\.async_copy_global_to_local", ttgir))
     return Report(
         shared=compiled.metadata.shared,
@@ -208,7 +203,7 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
     for dtype in dtypes:
         for d in head_dims:
             cfg = tile_config(d, dtype, cuda)
-            for kernel in ("fwd", "dq", "dkdv", "delta"):
+            for kernel in ("fwd", "dq", "dkdv"):
                 out.append(Variant(kernel, dtype, d, hash_causal, cfg))
             out.append(Variant("dkdv", dtype, d, hash_causal, cfg, gqa=True))
     return list(dict.fromkeys(out))

@@ -1,0 +1,143 @@
+"""Kernel sources, the compile options (this module is the one place they live), and the
+sm_90 compile check CI runs without a GPU.
+
+On a GPU, :func:`module` compiles a ``.cu`` file through ``cupy.RawModule`` (NVRTC) with the
+template instances one launch needs, cached per (file, instances). Without a GPU,
+:func:`compile_check` builds every instance CI cares about for sm_90: with ``nvcc -cubin``
+when it is on PATH (its ``ptxas -v`` report gives registers, spills and stack per kernel),
+else with NVRTC through ``cupy.cuda.nvrtc`` (``pip install 'nvidia-cuda-nvrtc==13.0.*'``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "ARCH",
+    "KERNEL_DIR",
+    "NVRTC_OPTIONS",
+    "SHARED_LIMIT",
+    "CompileReport",
+    "check_instances",
+    "compile_check",
+    "compiler_available",
+    "module",
+    "source",
+]
+
+KERNEL_DIR = Path(__file__).parent / "kernels"
+# NVRTC options for every module; cupy adds -arch for the device it compiles for
+NVRTC_OPTIONS: tuple[str, ...] = ("-std=c++17",)
+ARCH = "sm_90"  # the H200's; what the CI check compiles for
+SHARED_LIMIT = 232_448  # bytes of shared memory one block may opt in to on sm_90
+
+# template instances the CI check compiles: every dtype at the head dims the benchmark uses
+DTYPE_TAGS = ("F32", "F16", "BF16")
+check_instances: dict[str, tuple[str, ...]] = {
+    "sfa.cu": tuple(
+        [f"sfa_compress_keys<{t}>" for t in DTYPE_TAGS]
+        + [f"{k}<{t}, {d}>" for k in ("sfa_fwd", "sfa_bwd_dq", "sfa_bwd_dkdv") for t in DTYPE_TAGS for d in (64, 128, 256)]
+    ),
+    "index.cu": ("lsh_buckets<F32>", "lsh_buckets<F16>", "lsh_buckets<BF16>", "bucket_histogram", "bucket_scatter", "block_ranges"),
+}
+
+
+def source(name: str) -> str:
+    """The text of ``kernels/<name>``."""
+    return (KERNEL_DIR / name).read_text()
+
+
+@functools.lru_cache(maxsize=None)
+def module(name: str, instances: tuple[str, ...]):
+    """``cupy.RawModule`` of ``kernels/<name>`` with the template ``instances`` (name
+    expressions such as ``"sfa_fwd<BF16, 128>"``); get kernels with ``get_function(instance)``."""
+    import cupy
+
+    return cupy.RawModule(code=source(name), options=NVRTC_OPTIONS, name_expressions=list(instances))
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    """What compiling one ``.cu`` file for sm_90 said: the compiler used and, with nvcc, per
+    kernel (mangled name) its registers, spill bytes (stores + loads) and stack frame."""
+
+    file: str
+    compiler: str
+    registers: dict[str, int]
+    spills: dict[str, int]
+    stack: dict[str, int]
+    log: str
+
+
+def compiler_available() -> str | None:
+    """"nvcc" or "nvrtc" (whichever the check would use), or None with neither."""
+    if shutil.which("nvcc"):
+        return "nvcc"
+    try:
+        from cupy.cuda import nvrtc
+
+        nvrtc.getVersion()
+        return "nvrtc"
+    except Exception:  # noqa: BLE001 - any failure to load libnvrtc means "not available"
+        return None
+
+
+def compile_check(name: str, instances: tuple[str, ...] | None = None, arch: str = ARCH) -> CompileReport:
+    """Compile ``kernels/<name>`` with ``instances`` for ``arch``; raise RuntimeError with the
+    compiler's log on any error."""
+    instances = check_instances[name] if instances is None else instances
+    how = compiler_available()
+    if how == "nvcc":
+        return _nvcc(name, instances, arch)
+    if how == "nvrtc":
+        return _nvrtc(name, instances, arch)
+    raise RuntimeError("neither nvcc nor NVRTC is available: pip install 'nvidia-cuda-nvrtc==13.0.*'")
+
+
+def _nvcc(name: str, instances: tuple[str, ...], arch: str) -> CompileReport:
+    # taking each instance's address makes the front end instantiate it, as a launch would
+    refs = ",\n".join(f"    (void*)&{e}" for e in instances)
+    text = f'#include "{KERNEL_DIR / name}"\n__attribute__((used)) static void* const tilesparse_instances[] = {{\n{refs}\n}};\n'
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "check.cu"
+        src.write_text(text)
+        cmd = ["nvcc", f"-arch={arch}", *NVRTC_OPTIONS, "-cubin", "-Xptxas", "-v", "-diag-suppress", "177",
+               "-o", str(Path(tmp) / "check.cubin"), str(src)]  # fmt: skip
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    log = res.stdout + res.stderr
+    if res.returncode != 0:
+        raise RuntimeError(f"nvcc failed on {name}:\n{log}")
+    registers, spills, stack = {}, {}, {}
+    current = None
+    for line in log.splitlines():
+        if m := re.search(r"Function properties for (\S+)", line):
+            current = m.group(1)
+        elif current and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)):
+            stack[current] = int(m.group(1))
+            spills[current] = int(m.group(2)) + int(m.group(3))
+        elif current and (m := re.search(r"Used (\d+) registers", line)):
+            registers[current] = int(m.group(1))
+    return CompileReport(name, "nvcc", registers, spills, stack, log)
+
+
+def _nvrtc(name: str, instances: tuple[str, ...], arch: str) -> CompileReport:
+    from cupy.cuda import nvrtc
+
+    prog = nvrtc.createProgram(source(name), name, [], [])
+    try:
+        for e in instances:
+            nvrtc.addNameExpression(prog, e)
+        try:
+            nvrtc.compileProgram(prog, [f"-arch={arch}", *NVRTC_OPTIONS])
+        except nvrtc.NVRTCError as e:
+            raise RuntimeError(f"NVRTC failed on {name}: {e}\n{nvrtc.getProgramLog(prog)}") from None
+        log = nvrtc.getProgramLog(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    return CompileReport(name, "nvrtc", {}, {}, {}, log)

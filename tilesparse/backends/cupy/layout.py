@@ -38,7 +38,7 @@ class CompressedKeys:
     """Keys of one group, feature-major per key tile of ``BN`` layout rows (CSC).
 
     ============ =============================== ============================================
-    ptr          (B*Hg, n_tiles, D + 1) int32     column f of tile n is entries [ptr[f], ptr[f+1])
+    ptr          (B*Hg, n_tiles, D + 1) int16     column f of tile n is entries [ptr[f], ptr[f+1])
     row          (B*Hg, n_tiles, BN * k) int16    key row within the tile (increasing in a column)
     val          (B*Hg, n_tiles, BN * k) dtype    the key's value at feature f
     ============ =============================== ============================================
@@ -59,7 +59,7 @@ def compressed_key_bytes(k: int, head_dim: int, dtype: torch.dtype) -> dict[str,
     column pointers spread over its BN keys) and their ratio."""
     elem = torch.empty((), dtype=dtype).element_size()
     dense = head_dim * elem
-    compressed = k * (2 + elem) + 4 * (head_dim + 1) / BN
+    compressed = k * (2 + elem) + 2 * (head_dim + 1) / BN
     return {"dense": float(dense), "compressed": compressed, "ratio": dense / compressed}
 
 

@@ -61,7 +61,7 @@ class TorchModel:
         B, Hg, T, K = k_ids.shape
         D = self.head_dim
         nt = -(-T // BN)
-        ptr = torch.zeros((B * Hg, nt, D + 1), dtype=torch.int32, device=k_ids.device)
+        ptr = torch.zeros((B * Hg, nt, D + 1), dtype=torch.int16, device=k_ids.device)
         row = torch.zeros((B * Hg, nt, BN * K), dtype=torch.int16, device=k_ids.device)
         val = torch.zeros((B * Hg, nt, BN * K), dtype=k_vals.dtype, device=k_ids.device)
         ids, vals, order = k_ids.flatten(0, 1), k_vals.flatten(0, 1), g.k_order.flatten(0, 1).long()
@@ -72,7 +72,7 @@ class TorchModel:
                 # counting sort by feature: entries of a column stay in key-row order
                 srt = torch.sort(f, stable=True).indices
                 counts = torch.bincount(f, minlength=D)
-                ptr[bh, n, 1:] = counts.cumsum(0).to(torch.int32)
+                ptr[bh, n, 1:] = counts.cumsum(0).to(torch.int16)
                 nnz = f.numel()
                 row[bh, n, :nnz] = (srt // K).to(torch.int16)
                 val[bh, n, :nnz] = vals[bh, rows].flatten()[srt]

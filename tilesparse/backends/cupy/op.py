@@ -70,7 +70,7 @@ class CudaKernels:
         nt = -(-T // BN)
         dev = k_ids.device
         ck = CompressedKeys(
-            torch.empty((B * Hg, nt, self.head_dim + 1), dtype=torch.int32, device=dev),
+            torch.empty((B * Hg, nt, self.head_dim + 1), dtype=torch.int16, device=dev),
             torch.empty((B * Hg, nt, BN * K), dtype=torch.int16, device=dev),
             torch.empty((B * Hg, nt, BN * K), dtype=k_vals.dtype, device=dev),
         )

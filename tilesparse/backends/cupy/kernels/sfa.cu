@@ -2,8 +2,8 @@
 //
 // Queries are CSR-like: every (b, head, token) keeps K feature ids (int16) and values. Keys are
 // stored compressed per key tile of BN layout rows, feature-major (CSC): for each feature f,
-// the tile's keys that keep f, as (key row within the tile: int16, value), with column
-// pointers. A score s(i, j) = sum over f in supp(q_i) & supp(k_j) of q_if k_jf is built by
+// the tile's keys that keep f, as (key row within the tile: int16, value), with int16 column
+// pointers (a tile holds at most BN * K <= 16,384 entries). A score s(i, j) = sum over f in supp(q_i) & supp(k_j) of q_if k_jf is built by
 // walking, for each feature of query i, the column of that feature in the key tile: the work
 // is the size of the support overlaps, and no n x n matrix exists outside a BM x BN tile in
 // shared memory. V stays dense.
@@ -85,7 +85,7 @@ __device__ __forceinline__ void segment_tiles(const int* rng, int s, int width, 
 template <class DT>
 __global__ void __launch_bounds__(NT) sfa_compress_keys(
     const int* __restrict__ k_order, const short* __restrict__ k_ids, const typename DT::T* __restrict__ k_vals,
-    int* __restrict__ kc_ptr, short* __restrict__ kc_row, typename DT::T* __restrict__ kc_val,
+    short* __restrict__ kc_ptr, short* __restrict__ kc_row, typename DT::T* __restrict__ kc_val,
     int seqlen, int n_tiles, int n_feat, int topk) {
     extern __shared__ int smem_c[];
     int* s_cnt = smem_c;                            // n_feat + 1
@@ -118,10 +118,10 @@ __global__ void __launch_bounds__(NT) sfa_compress_keys(
     }
     __syncthreads();
     const long long tile = (long long)bh * n_tiles + n;
-    int* ptr = kc_ptr + tile * (n_feat + 1);
+    short* ptr = kc_ptr + tile * (n_feat + 1);
     short* out_row = kc_row + tile * (BN * topk);
     typename DT::T* out_val = kc_val + tile * (BN * topk);
-    for (int f = tid; f <= n_feat; f += NT) ptr[f] = s_cnt[f];
+    for (int f = tid; f <= n_feat; f += NT) ptr[f] = (short)s_cnt[f];
     for (int f = tid; f < n_feat; f += NT) {
         int pos = s_cnt[f];
         for (int e = 0; e < nnz; ++e) {
@@ -154,7 +154,7 @@ template <class DT, int HEAD_DIM>
 __device__ __forceinline__ void load_key_tile(
     KeyTile t, int n, long long row0, int seqlen, int n_tiles, int n_feat, int topk, long long bh,
     const int* __restrict__ k_order, const int* __restrict__ k_pos, const int* __restrict__ k_bucket,
-    const int* __restrict__ kc_ptr, const short* __restrict__ kc_row, const typename DT::T* __restrict__ kc_val,
+    const short* __restrict__ kc_ptr, const short* __restrict__ kc_row, const typename DT::T* __restrict__ kc_val,
     const typename DT::T* __restrict__ v_head, long long stride_vt) {
     const int tid = threadIdx.x;
     const int c0 = n * BN;
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
     const int* __restrict__ k_order, const int* __restrict__ k_pos, const int* __restrict__ k_bucket,
     const int* __restrict__ ranges, const int* __restrict__ nseg, const int* __restrict__ head_map,
     const short* __restrict__ q_ids, const typename DT::T* __restrict__ q_vals,
-    const int* __restrict__ kc_ptr, const short* __restrict__ kc_row, const typename DT::T* __restrict__ kc_val,
+    const short* __restrict__ kc_ptr, const short* __restrict__ kc_row, const typename DT::T* __restrict__ kc_val,
     const typename DT::T* __restrict__ v, long long stride_vb, long long stride_vh, long long stride_vt,
     float* __restrict__ out, float* __restrict__ lse,
     int seqlen, int n_blocks, int n_tiles, int max_seg, int heads_g, int kv_group, int n_feat, int topk,
@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dq(
     const int* __restrict__ k_order, const int* __restrict__ k_pos, const int* __restrict__ k_bucket,
     const int* __restrict__ ranges, const int* __restrict__ nseg, const int* __restrict__ head_map,
     const short* __restrict__ q_ids, const typename DT::T* __restrict__ q_vals,
-    const int* __restrict__ kc_ptr, const short* __restrict__ kc_row, const typename DT::T* __restrict__ kc_val,
+    const short* __restrict__ kc_ptr, const short* __restrict__ kc_row, const typename DT::T* __restrict__ kc_val,
     const typename DT::T* __restrict__ v, long long stride_vb, long long stride_vh, long long stride_vt,
     const float* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     float* __restrict__ dq_vals,
@@ -429,7 +429,7 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dkdv(
     const int* __restrict__ k_order, const int* __restrict__ k_pos, const int* __restrict__ k_bucket,
     const int* __restrict__ ranges, const int* __restrict__ nseg, const int* __restrict__ head_map,
     const short* __restrict__ q_ids, const typename DT::T* __restrict__ q_vals, const short* __restrict__ k_ids,
-    const int* __restrict__ kc_ptr, const short* __restrict__ kc_row, const typename DT::T* __restrict__ kc_val,
+    const short* __restrict__ kc_ptr, const short* __restrict__ kc_row, const typename DT::T* __restrict__ kc_val,
     const typename DT::T* __restrict__ v, long long stride_vb, long long stride_vh, long long stride_vt,
     const float* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     float* __restrict__ dk_vals, float* __restrict__ dv_out,

@@ -86,7 +86,8 @@ def test_without_a_gpu_the_backend_gives_reasons():
     inputs = ir.check_inputs(q, q, q)
     backend = REGISTRY["cupy"]
     reasons = backend.not_supported_reasons(_group(ts.TopKFeatures(k=8)), inputs)
-    assert reasons == ["device 'cpu' not in ('cuda',)"]
+    missing = [] if cupy_backend._HAVE_CUPY else ["cupy is not installed (pip install 'tilesparse[cupy]', i.e. cupy-cuda13x)"]
+    assert reasons == ["device 'cpu' not in ('cuda',)", *missing]
     dense = backend.not_supported_reasons(_group(ts.Hash(buckets=4)), inputs)
     assert any("TopKFeatures groups only" in r for r in dense)
     with pytest.raises(ts.planner.NoBackendError, match="cupy: device 'cpu'"):

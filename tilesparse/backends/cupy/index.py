@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ...ir import HeadGroup, Keep, PreparedGroup, Program, SameBucket
 from ...ir.prepare import _select, assemble_group
-from .compile import module
+from .compile import SHARED_LIMIT, module
 from .layout import P_CAUSAL, P_NOT_SELF, P_STRICT, predicate_bits
 from .op import _DTYPE_TAG, _arg
 
@@ -61,6 +61,8 @@ def lsh_buckets(q: Tensor, k: Tensor, rotations: Tensor, heads: tuple[int, ...],
     if buckets == 1:
         return qb.zero_(), kb.zero_()
     half = math.ceil(buckets / 2)
+    if D * half * 4 > SHARED_LIMIT:
+        raise ValueError(f"the rotation of {buckets} buckets at D={D} ({D * half * 4} bytes) does not fit in shared memory")
     q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
     head_map = torch.tensor(heads, dtype=torch.int32, device=q.device)
     name = f"lsh_buckets<{_DTYPE_TAG[q.dtype]}>"

@@ -43,6 +43,7 @@ def test_the_source_compiles_for_sm90(name):
 def test_a_syntax_error_is_caught(tmp_path, monkeypatch):
     if cc.compiler_available() is None:
         pytest.skip("neither nvcc nor NVRTC is available")
+    (tmp_path / cc.COMMON).write_text(cc.source_file(cc.COMMON))
     (tmp_path / "bad.cu").write_text("__global__ void bad(int* x) { x[0] = undefined_name; }\n")
     monkeypatch.setattr(cc, "KERNEL_DIR", tmp_path)
     with pytest.raises(RuntimeError, match="undefined_name"):

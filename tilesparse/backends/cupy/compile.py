@@ -29,6 +29,7 @@ __all__ = [
     "compiler_available",
     "module",
     "source",
+    "source_file",
 ]
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
@@ -48,8 +49,17 @@ check_instances: dict[str, tuple[str, ...]] = {
 }
 
 
+COMMON = "common.cuh"  # element types and constants every source shares, put in front of each
+
+
 def source(name: str) -> str:
-    """The text of ``kernels/<name>``."""
+    """The text to compile for ``kernels/<name>``: ``common.cuh`` followed by the file (one
+    text, so neither NVRTC nor nvcc needs an include path)."""
+    return source_file(COMMON) + f'#line 1 "{name}"\n' + source_file(name)
+
+
+def source_file(name: str) -> str:
+    """The text of ``kernels/<name>`` alone."""
     return (KERNEL_DIR / name).read_text()
 
 
@@ -103,7 +113,7 @@ def compile_check(name: str, instances: tuple[str, ...] | None = None, arch: str
 def _nvcc(name: str, instances: tuple[str, ...], arch: str) -> CompileReport:
     # taking each instance's address makes the front end instantiate it, as a launch would
     refs = ",\n".join(f"    (void*)&{e}" for e in instances)
-    text = f'#include "{KERNEL_DIR / name}"\n__attribute__((used)) static void* const tilesparse_instances[] = {{\n{refs}\n}};\n'
+    text = f"{source(name)}\n__attribute__((used)) static void* const tilesparse_instances[] = {{\n{refs}\n}};\n"
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "check.cu"
         src.write_text(text)

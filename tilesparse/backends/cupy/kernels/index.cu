@@ -12,39 +12,11 @@
 // 3. block_ranges: per block of one side's layout, the bucket segments and each segment's row
 //    range (lo, full_lo, full_hi, hi) on the other side, by binary search in its sort keys.
 //
-// The result equals tilesparse.ir.prepare_group tensor for tensor (tests/gpu/test_cupy_gpu.py).
-// No headers: 16-bit floats are converted with PTX.
+// The result equals tilesparse.ir.prepare_group tensor for tensor (tests/gpu/test_cupy_gpu.py;
+// on the CPU, tests/backends/cupy/test_index_model.py checks index_model.py, these loops in torch).
 
 #define NT 256
 #define CHUNK 1024
-
-struct F32 {
-    typedef float T;
-    static __device__ __forceinline__ float load(float x) { return x; }
-    static __device__ __forceinline__ float round(float x) { return x; }
-};
-struct F16 {
-    typedef unsigned short T;
-    static __device__ __forceinline__ float load(unsigned short x) {
-        float f;
-        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
-        return f;
-    }
-    static __device__ __forceinline__ float round(float x) {
-        unsigned short h;
-        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-        return load(h);
-    }
-};
-struct BF16 {
-    typedef unsigned short T;
-    static __device__ __forceinline__ float load(unsigned short x) { return __uint_as_float(((unsigned int)x) << 16); }
-    static __device__ __forceinline__ float round(float x) {
-        unsigned short h;
-        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
-        return load(h);
-    }
-};
 
 // ---------------------------------------------------------------------------------------------
 // 0. LSH: one thread per token; the rotation of the head (D x half, float32 holding values of

@@ -3,10 +3,10 @@
 // Queries are CSR-like: every (b, head, token) keeps K feature ids (int16) and values. Keys are
 // stored compressed per key tile of BN layout rows, feature-major (CSC): for each feature f,
 // the tile's keys that keep f, as (key row within the tile: int16, value), with int16 column
-// pointers (a tile holds at most BN * K <= 16,384 entries). A score s(i, j) = sum over f in supp(q_i) & supp(k_j) of q_if k_jf is built by
-// walking, for each feature of query i, the column of that feature in the key tile: the work
-// is the size of the support overlaps, and no n x n matrix exists outside a BM x BN tile in
-// shared memory. V stays dense.
+// pointers (a tile holds at most BN * K <= 16,384 entries). A score s(i, j) = sum over f in
+// supp(q_i) & supp(k_j) of q_if k_jf is built by walking, for each feature of query i, the
+// column of that feature in the key tile: the work is the size of the support overlaps, and
+// no n x n matrix exists outside a BM x BN tile in shared memory. V stays dense.
 //
 // Every program handles one block of rows of one (batch, query head of the group): grid
 // (blocks, B * Hg), NT threads. Rows are read through the layout's row orders and written at
@@ -18,40 +18,17 @@
 // Thread map (NT = 256, BM = BN = 64): row i = tid / 4 of the tile, lane l4 = tid % 4; the four
 // lanes of a row sit in one warp. A lane owns the scores of columns j = l4 (mod 4) and the
 // output dims d = l4 (mod 4), so every shared score is written by one thread only.
-//
-// No headers: 16-bit floats are converted with PTX, so NVRTC needs no include path.
 
 #define BM 64
 #define BN 64
 #define NT 256
 #define KEY_SENTINEL (1 << 30)
-#define LOG2E 1.4426950408889634f
-// +inf and -inf without math headers
-#define POS_INF __uint_as_float(0x7f800000u)
-#define NEG_INF __uint_as_float(0xff800000u)
 
-// predicate flags (tilesparse.backends.cupy.op.predicate_bits)
+// predicate flags (tilesparse.backends.cupy.layout.predicate_bits)
 #define P_CAUSAL 1
 #define P_STRICT 2
 #define P_SAME_BUCKET 4
 #define P_NOT_SELF 8
-
-struct F32 {
-    typedef float T;
-    static __device__ __forceinline__ float load(float x) { return x; }
-};
-struct F16 {
-    typedef unsigned short T;
-    static __device__ __forceinline__ float load(unsigned short x) {
-        float f;
-        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
-        return f;
-    }
-};
-struct BF16 {
-    typedef unsigned short T;
-    static __device__ __forceinline__ float load(unsigned short x) { return __uint_as_float(((unsigned int)x) << 16); }
-};
 
 __device__ __forceinline__ bool keep_element(int qp, int qb, int kp, int kb, int flags) {
     bool keep;
@@ -139,6 +116,23 @@ __global__ void __launch_bounds__(NT) sfa_compress_keys(
 // ---------------------------------------------------------------------------------------------
 // shared pieces of the attention kernels
 
+// where one (b, head)'s keys live in global memory
+template <class DT>
+struct Keys {
+    const int* order;
+    const int* pos;
+    const int* bucket;
+    const short* ptr;
+    const short* row;
+    const typename DT::T* val;
+    const typename DT::T* v;  // this head's V: row j at v + j * stride_vt
+    long long stride_vt;
+    long long row0;           // (b * Hg + head) * seqlen
+    long long bh;
+    int seqlen, n_tiles, n_feat, topk;
+};
+
+// a key tile in shared memory
 struct KeyTile {
     float* v;      // BN x (HEAD_DIM + 1), dense V rows of the tile (zeros past T)
     float* val;    // BN * topk CSC values
@@ -148,33 +142,55 @@ struct KeyTile {
     short* row;    // BN * topk CSC key rows within the tile
 };
 
-// Load key tile n (layout rows [n * BN, n * BN + BN)) of one (b, head): CSC, positions,
-// buckets and V rows read through k_order. Call between two __syncthreads.
+// Load key tile n (layout rows [n * BN, n * BN + BN)): CSC, positions, buckets and V rows read
+// through the key order. Call between two __syncthreads.
 template <class DT, int HEAD_DIM>
-__device__ __forceinline__ void load_key_tile(
-    KeyTile t, int n, long long row0, int seqlen, int n_tiles, int n_feat, int topk, long long bh,
-    const int* __restrict__ k_order, const int* __restrict__ k_pos, const int* __restrict__ k_bucket,
-    const short* __restrict__ kc_ptr, const short* __restrict__ kc_row, const typename DT::T* __restrict__ kc_val,
-    const typename DT::T* __restrict__ v_head, long long stride_vt) {
+__device__ __forceinline__ void load_key_tile(const KeyTile& t, const Keys<DT>& g, int n) {
     const int tid = threadIdx.x;
     const int c0 = n * BN;
-    const int rows = min(BN, seqlen - c0);
-    const long long tile = bh * n_tiles + n;
-    for (int f = tid; f <= n_feat; f += NT) t.ptr[f] = kc_ptr[tile * (n_feat + 1) + f];
-    for (int e = tid; e < rows * topk; e += NT) {
-        t.row[e] = kc_row[tile * (BN * topk) + e];
-        t.val[e] = DT::load(kc_val[tile * (BN * topk) + e]);
+    const int rows = min(BN, g.seqlen - c0);
+    const long long tile = g.bh * g.n_tiles + n;
+    for (int f = tid; f <= g.n_feat; f += NT) t.ptr[f] = g.ptr[tile * (g.n_feat + 1) + f];
+    for (int e = tid; e < rows * g.topk; e += NT) {
+        t.row[e] = g.row[tile * (BN * g.topk) + e];
+        t.val[e] = DT::load(g.val[tile * (BN * g.topk) + e]);
     }
     for (int c = tid; c < BN; c += NT) {
         bool ok = c < rows;
-        t.pos[c] = ok ? k_pos[row0 + c0 + c] : KEY_SENTINEL;
-        t.bkt[c] = ok ? k_bucket[row0 + c0 + c] : -3;
+        t.pos[c] = ok ? g.pos[g.row0 + c0 + c] : KEY_SENTINEL;
+        t.bkt[c] = ok ? g.bucket[g.row0 + c0 + c] : -3;
     }
     for (int e = tid; e < BN * HEAD_DIM; e += NT) {
         int c = e / HEAD_DIM, d = e % HEAD_DIM;
         float x = 0.f;
-        if (c < rows) x = DT::load(v_head[(long long)k_order[row0 + c0 + c] * stride_vt + d]);
+        if (c < rows) x = DT::load(g.v[(long long)g.order[g.row0 + c0 + c] * g.stride_vt + d]);
         t.v[c * (HEAD_DIM + 1) + d] = x;
+    }
+}
+
+// Supports of query rows [r0, r0 + BM) (layout order) into shared memory, read through the
+// query order; rows past T keep feature 0 with value 0.
+template <class DT>
+__device__ __forceinline__ void load_query_supports(short* s_qid, float* s_qval, const int* q_order, const short* q_ids,
+                                                    const typename DT::T* q_vals, long long row0, int r0, int seqlen,
+                                                    int topk) {
+    for (int e = threadIdx.x; e < BM * topk; e += NT) {
+        int rr = r0 + e / topk;
+        bool ok = rr < seqlen;
+        long long src = ok ? (row0 + q_order[row0 + rr]) * topk + e % topk : 0;
+        s_qid[e] = ok ? q_ids[src] : (short)0;
+        s_qval[e] = ok ? DT::load(q_vals[src]) : 0.f;
+    }
+}
+
+// dO of query rows [r0, r0 + BM) into shared memory (row stride HEAD_DIM + 1), zeros past T
+template <int HEAD_DIM>
+__device__ __forceinline__ void load_dout_rows(float* s_do, const float* dout, const int* q_order, long long row0,
+                                               int r0, int seqlen) {
+    for (int e = threadIdx.x; e < BM * HEAD_DIM; e += NT) {
+        int ii = e / HEAD_DIM, d = e % HEAD_DIM;
+        int rr = r0 + ii;
+        s_do[ii * (HEAD_DIM + 1) + d] = rr < seqlen ? dout[(row0 + q_order[row0 + rr]) * HEAD_DIM + d] : 0.f;
     }
 }
 
@@ -192,6 +208,33 @@ __device__ __forceinline__ void overlap_scores(float* s_row, const short* q_id, 
             if ((c & 3) == l4) s_row[c] += qv * t.val[p];
         }
     }
+}
+
+// One query tile against key tile n, up to the raw scores: wait for the previous tile, load
+// key tile n, zero the lane's score columns, and sum the overlaps of row i into s_row.
+template <class DT, int HEAD_DIM>
+__device__ __forceinline__ void tile_scores(const KeyTile& t, const Keys<DT>& g, int n, float* s_row,
+                                            const short* q_id, const float* q_val, int l4) {
+    __syncthreads();  // the previous tile is consumed
+    load_key_tile<DT, HEAD_DIM>(t, g, n);
+    for (int jj = 0; jj < BN / 4; ++jj) s_row[l4 + 4 * jj] = 0.f;
+    __syncthreads();
+    overlap_scores(s_row, q_id, q_val, t, g.topk, l4);
+}
+
+// whether element (row, column j of key tile n) takes part: in bounds, and kept by the
+// predicates unless the tile is proven full
+__device__ __forceinline__ bool element_kept(bool row_ok, int n, int j, int seqlen, bool masked, int qp, int qb,
+                                             const KeyTile& t, int flags) {
+    return row_ok && n * BN + j < seqlen && (!masked || keep_element(qp, qb, t.pos[j], t.bkt[j], flags));
+}
+
+// dS of element (i, j) = P * (dO_i . V_j - delta_i), P = exp2(s * qk_scale - lse): zero when not kept
+template <int HEAD_DIM>
+__device__ __forceinline__ float element_ds(float p, const float* dor, const float* vr, float delta_i) {
+    float dp = 0.f;
+    for (int d = 0; d < HEAD_DIM; ++d) dp += dor[d] * vr[d];
+    return p * (dp - delta_i);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -226,10 +269,10 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
 
     const int tid = threadIdx.x, i = tid >> 2, l4 = tid & 3;
     const int m = blockIdx.x, bh = blockIdx.y;
-    const int b = bh / heads_g, hg = bh % heads_g;
-    const int hkv = head_map[hg] / kv_group;
+    const int b = bh / heads_g, hkv = head_map[bh % heads_g] / kv_group;
     const long long row0 = (long long)bh * seqlen;
-    const typename DT::T* v_head = v + b * stride_vb + hkv * stride_vh;
+    const Keys<DT> g = {k_order, k_pos, k_bucket, kc_ptr, kc_row, kc_val, v + b * stride_vb + hkv * stride_vh,
+                        stride_vt, row0, bh, seqlen, n_tiles, n_feat, topk};
 
     const int r = m * BM + i;
     const bool row_ok = r < seqlen;
@@ -237,18 +280,13 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
     const int qp = row_ok ? q_pos[row0 + r] : -1;
     const int qb = row_ok ? q_bucket[row0 + r] : -1;
     // the block's query supports stay in shared memory for every tile
-    for (int e = tid; e < BM * topk; e += NT) {
-        int rr = m * BM + e / topk;
-        bool ok = rr < seqlen;
-        long long src = ok ? (row0 + q_order[row0 + rr]) * topk + e % topk : 0;
-        s_qid[e] = ok ? q_ids[src] : (short)0;
-        s_qval[e] = ok ? DT::load(q_vals[src]) : 0.f;
-    }
+    load_query_supports<DT>(s_qid, s_qval, q_order, q_ids, q_vals, row0, m * BM, seqlen, topk);
 
     float acc[DU];
 #pragma unroll
     for (int u = 0; u < DU; ++u) acc[u] = 0.f;
     float m_i = NEG_INF, l_i = 0.f;
+    float* s_row = s_s + i * SP;
 
     const int* rng = ranges + ((long long)bh * n_blocks + m) * max_seg * 4;
     const int n_seg = nseg[(long long)bh * n_blocks + m];
@@ -258,12 +296,7 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
         segment_tiles(rng, s, BN, prev_hi, lo, f0, f1, hi);
         for (int n = lo; n < hi; ++n) {
             const bool masked = n < f0 || n >= f1;
-            __syncthreads();  // the previous tile is consumed
-            load_key_tile<DT, HEAD_DIM>(t, n, row0, seqlen, n_tiles, n_feat, topk, bh, k_order, k_pos, k_bucket,
-                                        kc_ptr, kc_row, kc_val, v_head, stride_vt);
-            for (int jj = 0; jj < BN / 4; ++jj) s_s[i * SP + l4 + 4 * jj] = 0.f;
-            __syncthreads();
-            overlap_scores(s_s + i * SP, s_qid + i * topk, s_qval + i * topk, t, topk, l4);
+            tile_scores<DT, HEAD_DIM>(t, g, n, s_row, s_qid + i * topk, s_qval + i * topk, l4);
 
             // online softmax over the lane's columns, combined across the row's four lanes
             float sv[BN / 4];
@@ -271,9 +304,7 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
 #pragma unroll
             for (int jj = 0; jj < BN / 4; ++jj) {
                 int j = l4 + 4 * jj;
-                bool keep = row_ok && n * BN + j < seqlen &&
-                            (!masked || keep_element(qp, qb, t.pos[j], t.bkt[j], flags));
-                sv[jj] = keep ? s_s[i * SP + j] * qk_scale : NEG_INF;
+                sv[jj] = element_kept(row_ok, n, j, seqlen, masked, qp, qb, t, flags) ? s_row[j] * qk_scale : NEG_INF;
                 mx = fmaxf(mx, sv[jj]);
             }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -285,7 +316,7 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
 #pragma unroll
             for (int jj = 0; jj < BN / 4; ++jj) {
                 float p = exp2f(sv[jj] - m_safe);
-                s_s[i * SP + l4 + 4 * jj] = p;
+                s_row[l4 + 4 * jj] = p;
                 sum += p;
             }
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
@@ -296,7 +327,7 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
 #pragma unroll
             for (int u = 0; u < DU; ++u) acc[u] *= alpha;
             for (int j = 0; j < BN; ++j) {
-                const float p = s_s[i * SP + j];
+                const float p = s_row[j];
                 const float* vr = t.v + j * HDP + l4;
 #pragma unroll
                 for (int u = 0; u < DU; ++u) acc[u] += p * vr[4 * u];
@@ -346,10 +377,10 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dq(
 
     const int tid = threadIdx.x, i = tid >> 2, l4 = tid & 3;
     const int m = blockIdx.x, bh = blockIdx.y;
-    const int b = bh / heads_g, hg = bh % heads_g;
-    const int hkv = head_map[hg] / kv_group;
+    const int b = bh / heads_g, hkv = head_map[bh % heads_g] / kv_group;
     const long long row0 = (long long)bh * seqlen;
-    const typename DT::T* v_head = v + b * stride_vb + hkv * stride_vh;
+    const Keys<DT> g = {k_order, k_pos, k_bucket, kc_ptr, kc_row, kc_val, v + b * stride_vb + hkv * stride_vh,
+                        stride_vt, row0, bh, seqlen, n_tiles, n_feat, topk};
 
     const int r = m * BM + i;
     const bool row_ok = r < seqlen;
@@ -358,19 +389,10 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dq(
     const int qb = row_ok ? q_bucket[row0 + r] : -1;
     const float lse_i = row_ok ? lse[row0 + r] : POS_INF;
     const float delta_i = row_ok ? delta[row0 + q_orig] : 0.f;
-    for (int e = tid; e < BM * topk; e += NT) {
-        int rr = m * BM + e / topk;
-        bool ok = rr < seqlen;
-        long long src = ok ? (row0 + q_order[row0 + rr]) * topk + e % topk : 0;
-        s_qid[e] = ok ? q_ids[src] : (short)0;
-        s_qval[e] = ok ? DT::load(q_vals[src]) : 0.f;
-        s_dq[e] = 0.f;
-    }
-    for (int e = tid; e < BM * HEAD_DIM; e += NT) {
-        int ii = e / HEAD_DIM, d = e % HEAD_DIM;
-        int rr = m * BM + ii;
-        s_do[ii * HDP + d] = rr < seqlen ? dout[(row0 + q_order[row0 + rr]) * HEAD_DIM + d] : 0.f;
-    }
+    load_query_supports<DT>(s_qid, s_qval, q_order, q_ids, q_vals, row0, m * BM, seqlen, topk);
+    for (int e = tid; e < BM * topk; e += NT) s_dq[e] = 0.f;
+    load_dout_rows<HEAD_DIM>(s_do, dout, q_order, row0, m * BM, seqlen);
+    float* s_row = s_s + i * SP;
 
     const int* rng = ranges + ((long long)bh * n_blocks + m) * max_seg * 4;
     const int n_seg = nseg[(long long)bh * n_blocks + m];
@@ -380,40 +402,27 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dq(
         segment_tiles(rng, s, BN, prev_hi, lo, f0, f1, hi);
         for (int n = lo; n < hi; ++n) {
             const bool masked = n < f0 || n >= f1;
-            __syncthreads();
-            load_key_tile<DT, HEAD_DIM>(t, n, row0, seqlen, n_tiles, n_feat, topk, bh, k_order, k_pos, k_bucket,
-                                        kc_ptr, kc_row, kc_val, v_head, stride_vt);
-            for (int jj = 0; jj < BN / 4; ++jj) s_s[i * SP + l4 + 4 * jj] = 0.f;
-            __syncthreads();
-            overlap_scores(s_s + i * SP, s_qid + i * topk, s_qval + i * topk, t, topk, l4);
-            // dS = P * (dO v^T - delta) on the lane's columns
+            tile_scores<DT, HEAD_DIM>(t, g, n, s_row, s_qid + i * topk, s_qval + i * topk, l4);
+            // dS on the lane's columns, in place of the scores
             for (int jj = 0; jj < BN / 4; ++jj) {
                 int j = l4 + 4 * jj;
-                bool keep = row_ok && n * BN + j < seqlen &&
-                            (!masked || keep_element(qp, qb, t.pos[j], t.bkt[j], flags));
                 float ds = 0.f;
-                if (keep) {
-                    float p = exp2f(s_s[i * SP + j] * qk_scale - lse_i);
-                    float dp = 0.f;
-                    const float* vr = t.v + j * HDP;
-                    const float* dor = s_do + i * HDP;
-                    for (int d = 0; d < HEAD_DIM; ++d) dp += dor[d] * vr[d];
-                    ds = p * (dp - delta_i);
+                if (element_kept(row_ok, n, j, seqlen, masked, qp, qb, t, flags)) {
+                    ds = element_ds<HEAD_DIM>(exp2f(s_row[j] * qk_scale - lse_i), s_do + i * HDP, t.v + j * HDP, delta_i);
                 }
-                s_s[i * SP + j] = ds;
+                s_row[j] = ds;
             }
             __syncwarp();  // the row's dS, written by its four lanes
-            // dq~[i, u] += sum over the keys of the tile keeping feature f_u of dS[i, c] k[c, f_u]
+            // dq~[i, u] += sum over the tile's keys keeping feature f_u of dS[i, c] k[c, f_u]
             for (int u = l4; u < topk; u += 4) {
                 int f = s_qid[i * topk + u];
                 float a = 0.f;
                 int p1 = t.ptr[f + 1];
-                for (int p = t.ptr[f]; p < p1; ++p) a += s_s[i * SP + t.row[p]] * t.val[p];
+                for (int p = t.ptr[f]; p < p1; ++p) a += s_row[t.row[p]] * t.val[p];
                 s_dq[i * topk + u] += a;
             }
         }
     }
-    __syncwarp();
     if (row_ok) {
         for (int u = l4; u < topk; u += 4) dq_vals[(row0 + q_orig) * topk + u] = s_dq[i * topk + u] * scale;
     }
@@ -460,15 +469,14 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dkdv(
 
     const int tid = threadIdx.x, i = tid >> 2, l4 = tid & 3;
     const int n = blockIdx.x, bh = blockIdx.y;
-    const int b = bh / heads_g, hg = bh % heads_g;
-    const int hkv = head_map[hg] / kv_group;
+    const int b = bh / heads_g, hkv = head_map[bh % heads_g] / kv_group;
     const long long row0 = (long long)bh * seqlen;
-    const typename DT::T* v_head = v + b * stride_vb + hkv * stride_vh;
+    const Keys<DT> g = {k_order, k_pos, k_bucket, kc_ptr, kc_row, kc_val, v + b * stride_vb + hkv * stride_vh,
+                        stride_vt, row0, bh, seqlen, n_tiles, n_feat, topk};
     const int rows_k = min(BN, seqlen - n * BN);
     const int nnz = rows_k * topk;
 
-    load_key_tile<DT, HEAD_DIM>(t, n, row0, seqlen, n_tiles, n_feat, topk, bh, k_order, k_pos, k_bucket,
-                                kc_ptr, kc_row, kc_val, v_head, stride_vt);
+    load_key_tile<DT, HEAD_DIM>(t, g, n);
     for (int e = tid; e < BN * topk; e += NT) s_dk[e] = 0.f;
     __syncthreads();
     for (int f = tid; f < n_feat; f += NT) {
@@ -478,6 +486,7 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dkdv(
     float dv[DU];
 #pragma unroll
     for (int u = 0; u < DU; ++u) dv[u] = 0.f;
+    float* s_row = s_p + i * SP;
 
     const int* rng = ranges + ((long long)bh * n_blocks + n) * max_seg * 4;
     const int n_seg = nseg[(long long)bh * n_blocks + n];
@@ -488,18 +497,8 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dkdv(
         for (int mt = lo; mt < hi; ++mt) {
             const bool masked = mt < f0 || mt >= f1;
             __syncthreads();  // the previous query tile is consumed
-            for (int e = tid; e < BM * topk; e += NT) {
-                int rr = mt * BM + e / topk;
-                bool ok = rr < seqlen;
-                long long src = ok ? (row0 + q_order[row0 + rr]) * topk + e % topk : 0;
-                s_qid[e] = ok ? q_ids[src] : (short)0;
-                s_qval[e] = ok ? DT::load(q_vals[src]) : 0.f;
-            }
-            for (int e = tid; e < BM * HEAD_DIM; e += NT) {
-                int ii = e / HEAD_DIM, d = e % HEAD_DIM;
-                int rr = mt * BM + ii;
-                s_do[ii * HDP + d] = rr < seqlen ? dout[(row0 + q_order[row0 + rr]) * HEAD_DIM + d] : 0.f;
-            }
+            load_query_supports<DT>(s_qid, s_qval, q_order, q_ids, q_vals, row0, mt * BM, seqlen, topk);
+            load_dout_rows<HEAD_DIM>(s_do, dout, q_order, row0, mt * BM, seqlen);
             for (int ii = tid; ii < BM; ii += NT) {
                 int rr = mt * BM + ii;
                 bool ok = rr < seqlen;
@@ -508,24 +507,19 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dkdv(
                 s_lse[ii] = ok ? lse[row0 + rr] : POS_INF;
                 s_delta[ii] = ok ? delta[row0 + q_order[row0 + rr]] : 0.f;
             }
-            for (int jj = 0; jj < BN / 4; ++jj) s_p[i * SP + l4 + 4 * jj] = 0.f;
+            for (int jj = 0; jj < BN / 4; ++jj) s_row[l4 + 4 * jj] = 0.f;
             __syncthreads();
-            overlap_scores(s_p + i * SP, s_qid + i * topk, s_qval + i * topk, t, topk, l4);
+            overlap_scores(s_row, s_qid + i * topk, s_qval + i * topk, t, topk, l4);
             const bool row_ok = mt * BM + i < seqlen;
-            const int qp = s_qpos[i], qb = s_qbkt[i];
             for (int jj = 0; jj < BN / 4; ++jj) {
                 int j = l4 + 4 * jj;
-                bool keep = row_ok && j < rows_k && (!masked || keep_element(qp, qb, t.pos[j], t.bkt[j], flags));
                 float p = 0.f, ds = 0.f;
-                if (keep) {
-                    p = exp2f(s_p[i * SP + j] * qk_scale - s_lse[i]);
-                    float dp = 0.f;
-                    const float* vr = t.v + j * HDP;
-                    const float* dor = s_do + i * HDP;
-                    for (int d = 0; d < HEAD_DIM; ++d) dp += dor[d] * vr[d];
-                    ds = p * (dp - s_delta[i]);
+                // n is this program's key block: element_kept's column bound is the same as j < rows_k
+                if (element_kept(row_ok, n, j, seqlen, masked, s_qpos[i], s_qbkt[i], t, flags)) {
+                    p = exp2f(s_row[j] * qk_scale - s_lse[i]);
+                    ds = element_ds<HEAD_DIM>(p, s_do + i * HDP, t.v + j * HDP, s_delta[i]);
                 }
-                s_p[i * SP + j] = p;
+                s_row[j] = p;
                 s_ds[i * SP + j] = ds;
             }
             __syncthreads();

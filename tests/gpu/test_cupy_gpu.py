@@ -101,6 +101,35 @@ def _line(ok, what, detail):
 # kernels against the reference
 
 
+def test_which_compiler_builds_the_kernels():
+    from tilesparse.backends.cupy.compile import module
+
+    mod = module("sfa.cu", tuple(CudaKernels(64, torch.bfloat16).names.values()))
+    print(f"\nsfa.cu compiled with {mod.compiler}")
+    assert mod.compiler in ("nvrtc", "nvcc")
+
+
+@pytest.mark.parametrize("compiler", ["nvcc", "nvrtc"])
+def test_each_compiler_gives_working_kernels(compiler, monkeypatch):
+    import shutil
+
+    from tilesparse.backends.cupy.compile import module
+
+    if compiler == "nvcc" and not shutil.which("nvcc"):
+        pytest.skip("nvcc is not on PATH")
+    monkeypatch.setenv("TILESPARSE_CUPY_COMPILER", compiler)
+    module.cache_clear()
+    try:
+        spec = ts.Hybrid(parts=[ts.Hash(buckets=3), ts.TopKFeatures(k=8)])
+        g = torch.Generator(DEVICE).manual_seed(0)
+        q, k, v = (torch.randn((1, 2, 300, 128), generator=g, device=DEVICE, dtype=torch.bfloat16) for _ in range(3))
+        op = CupyOp(spec, True)
+        errors = assert_equivalent(op, q, k, v, decisions=op.compiled.decide(q, k, generator=g), atol=TOL[torch.bfloat16])
+        print(f"\n{compiler}: {errors}")
+    finally:
+        module.cache_clear()
+
+
 def test_cupy_kernels_match_the_reference():
     results = []
 

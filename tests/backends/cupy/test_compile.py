@@ -101,3 +101,13 @@ def test_a_missing_cupy_is_a_reason(monkeypatch):
     reasons = REGISTRY["cupy"].not_supported_reasons(_group(ts.TopKFeatures(k=64)), ir.check_inputs(q, q, q))
     assert any("cupy is not installed" in r for r in reasons)
     assert any("bytes of shared memory" in r for r in reasons), "k=64 at D=256 does not fit a block"
+
+
+@pytest.mark.skipif(cc.shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize(("name", "instance"), [("index.cu", "bucket_scatter"), ("index.cu", "lsh_buckets<F16>"),
+                                                ("sfa.cu", "sfa_bwd_dkdv<F32, 64>")])  # fmt: skip
+def test_the_nvcc_fallback_finds_each_instance_entry(tmp_path, name, instance):
+    """Without NVRTC the backend builds one instance per cubin and loads it by its mangled name."""
+    report = cc._nvcc(name, (instance,), cc.ARCH, cubin=tmp_path / "one.cubin")
+    entry = cc.entry_name(report, instance)
+    assert entry.startswith("_Z") and (tmp_path / "one.cubin").stat().st_size > 0

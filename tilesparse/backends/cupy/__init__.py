@@ -21,7 +21,7 @@ import importlib.util
 import torch
 from torch import Tensor
 
-from ...ir import AttentionInputs, FeatureDotScore, HeadGroup, PreparedGroup
+from ...ir import AttentionInputs, FeatureDotScore, HeadGroup, PreparedGroup, Program
 from ..base import Backend, register
 from .compile import SHARED_LIMIT
 from .layout import BM, BN, compressed_key_bytes, shared_bytes
@@ -42,6 +42,9 @@ class CupyBackend(Backend):
     NAME = "cupy"
     SUPPORTED_DEVICES = ("cuda",)
     FUSES_GATHER_SCATTER = True
+    # the layout and ranges stages through kernels/index.cu instead of torch; off until the
+    # GPU tests (tests/gpu/test_cupy_gpu.py) have shown them bit-identical on the device
+    FUSES_INDEX_BUILDING = False
     ERROR_ATOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
     def _reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
@@ -63,6 +66,17 @@ class CupyBackend(Backend):
 
     def blocks(self, inputs: AttentionInputs) -> tuple[int, int]:
         return BM, BN
+
+    def prepare(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs) -> PreparedGroup:
+        """The fused index build (kernels/index.cu) when FUSES_INDEX_BUILDING, else torch's."""
+        if not self.FUSES_INDEX_BUILDING:
+            return super().prepare(program, group, heads, decisions, inputs)
+        from .index import build_group
+
+        return build_group(
+            program, group, heads, decisions,
+            batch=inputs.batch, n_heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,
+        )  # fmt: skip
 
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
         from .op import feature_attention

@@ -11,6 +11,7 @@ else with NVRTC through ``cupy.cuda.nvrtc`` (``pip install 'nvidia-cuda-nvrtc==1
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ __all__ = [
     "NVRTC_OPTIONS",
     "SHARED_LIMIT",
     "CompileReport",
+    "Module",
     "check_instances",
     "compile_check",
     "compiler_available",
@@ -64,18 +66,72 @@ def source_file(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def module(name: str, instances: tuple[str, ...]):
-    """``cupy.RawModule`` of ``kernels/<name>`` with the template ``instances`` (name
-    expressions such as ``"sfa_fwd<BF16, 128>"``); get kernels with ``get_function(instance)``."""
-    import cupy
+def module(name: str, instances: tuple[str, ...]) -> Module:
+    """The kernels of ``kernels/<name>`` with the template ``instances`` (name expressions such
+    as ``"sfa_fwd<BF16, 128>"``), compiled for the current device; ``get_function(instance)``.
 
-    return cupy.RawModule(code=source(name), options=NVRTC_OPTIONS, name_expressions=list(instances))
+    NVRTC through ``cupy.RawModule`` first; when that fails (no libnvrtc found, say) and nvcc
+    is on PATH, each instance is built with ``nvcc -cubin`` and loaded from the file.
+    ``TILESPARSE_CUPY_COMPILER=nvcc`` (or ``nvrtc``) forces one of the two."""
+    return Module(name, instances)
+
+
+class Module:
+    """Compiled kernels of one source file, by name expression."""
+
+    def __init__(self, name: str, instances: tuple[str, ...]):
+        import cupy
+
+        self.name, self.instances = name, instances
+        self._raw = None
+        self._kernels: dict[str, object] = {}
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        forced = os.environ.get("TILESPARSE_CUPY_COMPILER", "")
+        if forced != "nvcc":
+            try:
+                raw = cupy.RawModule(code=source(name), options=NVRTC_OPTIONS, name_expressions=list(instances))
+                raw.get_function(instances[0])  # compiles now, so a failure shows here
+                self._raw = raw
+                self.compiler = "nvrtc"
+                return
+            except Exception as e:  # noqa: BLE001 - fall back to nvcc below, or report both
+                if forced == "nvrtc" or not shutil.which("nvcc"):
+                    raise RuntimeError(f"compiling {name} with NVRTC failed and nvcc is not on PATH: {e}") from e
+        self.compiler = "nvcc"
+        self._tmp = tempfile.TemporaryDirectory(prefix="tilesparse-cubin-")
+
+    def get_function(self, instance: str):
+        """The ``cupy.RawKernel`` of ``instance``."""
+        if self._raw is not None:
+            return self._raw.get_function(instance)
+        if instance not in self._kernels:
+            self._kernels[instance] = self._nvcc_kernel(instance)
+        return self._kernels[instance]
+
+    def _nvcc_kernel(self, instance: str):
+        import cupy
+
+        major, minor = cupy.cuda.Device().compute_capability[:-1], cupy.cuda.Device().compute_capability[-1]
+        arch = f"sm_{major}{minor}"
+        out = Path(self._tmp.name) / f"{len(self._kernels)}.cubin"
+        report = _nvcc(self.name, (instance,), arch, cubin=out)
+        return cupy.RawModule(path=str(out)).get_function(entry_name(report, instance))
+
+
+def entry_name(report: CompileReport, instance: str) -> str:
+    """The mangled entry of ``instance`` in a report that compiled it alone: the one entry
+    named after its kernel (non-template kernels of the file are emitted too)."""
+    base = instance.split("<")[0].strip()
+    names = [n for n in report.registers if n.startswith(f"_Z{len(base)}{base}")]
+    if len(names) != 1:
+        raise RuntimeError(f"expected one entry for {instance} in {sorted(report.registers)}")
+    return names[0]
 
 
 @dataclass(frozen=True)
 class CompileReport:
     """What compiling one ``.cu`` file for sm_90 said: the compiler used and, with nvcc, per
-    kernel (mangled name) its registers, spill bytes (stores + loads) and stack frame."""
+    kernel entry (mangled name) its registers, spill bytes (stores + loads) and stack frame."""
 
     file: str
     compiler: str
@@ -110,7 +166,7 @@ def compile_check(name: str, instances: tuple[str, ...] | None = None, arch: str
     raise RuntimeError("neither nvcc nor NVRTC is available: pip install 'nvidia-cuda-nvrtc==13.0.*'")
 
 
-def _nvcc(name: str, instances: tuple[str, ...], arch: str) -> CompileReport:
+def _nvcc(name: str, instances: tuple[str, ...], arch: str, cubin: Path | None = None) -> CompileReport:
     # taking each instance's address makes the front end instantiate it, as a launch would
     refs = ",\n".join(f"    (void*)&{e}" for e in instances)
     text = f"{source(name)}\n__attribute__((used)) static void* const tilesparse_instances[] = {{\n{refs}\n}};\n"
@@ -118,7 +174,7 @@ def _nvcc(name: str, instances: tuple[str, ...], arch: str) -> CompileReport:
         src = Path(tmp) / "check.cu"
         src.write_text(text)
         cmd = ["nvcc", f"-arch={arch}", *NVRTC_OPTIONS, "-cubin", "-Xptxas", "-v", "-diag-suppress", "177",
-               "-o", str(Path(tmp) / "check.cubin"), str(src)]  # fmt: skip
+               "-o", str(cubin or Path(tmp) / "check.cubin"), str(src)]  # fmt: skip
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     log = res.stdout + res.stderr
     if res.returncode != 0:
@@ -126,8 +182,10 @@ def _nvcc(name: str, instances: tuple[str, ...], arch: str) -> CompileReport:
     registers, spills, stack = {}, {}, {}
     current = None
     for line in log.splitlines():
-        if m := re.search(r"Function properties for (\S+)", line):
+        if m := re.search(r"Compiling entry function '([^']+)'", line):
             current = m.group(1)
+        elif m := re.search(r"Function properties for (\S+)", line):
+            current = m.group(1) if m.group(1) == current else None  # a non-inlined device function: not reported
         elif current and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)):
             stack[current] = int(m.group(1))
             spills[current] = int(m.group(2)) + int(m.group(3))

@@ -392,6 +392,7 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dq(
     load_query_supports<DT>(s_qid, s_qval, q_order, q_ids, q_vals, row0, m * BM, seqlen, topk);
     for (int e = tid; e < BM * topk; e += NT) s_dq[e] = 0.f;
     load_dout_rows<HEAD_DIM>(s_do, dout, q_order, row0, m * BM, seqlen);
+    __syncthreads();  // s_dq is zeroed by other threads than its owners (a block with no tile reads it too)
     float* s_row = s_s + i * SP;
 
     const int* rng = ranges + ((long long)bh * n_blocks + m) * max_seg * 4;

@@ -4,7 +4,10 @@
 // __syncthreads and __syncwarp are real barriers (a fiber waits until every thread of its block,
 // or of its warp, arrives), __shfl_xor_sync and __match_any_sync exchange values through a warp
 // barrier, atomics are plain read-modify-writes (fibers never preempt each other). A barrier
-// that cannot complete (a thread exited or waits elsewhere) aborts with a message. The element
+// that cannot complete (a thread exited or waits elsewhere) aborts with a message. Before every
+// block the dynamic shared memory is filled with 0xff bytes (NaN floats, -1 integers), so a read
+// of shared memory no thread wrote shows; the bytes past the launch's size are a canary the
+// launcher checks, so a write past it shows too. The element
 // types replace common.cuh's (which uses PTX): F32 and BF16 only.
 #pragma once
 #include <math.h>
@@ -17,6 +20,7 @@
 #include <functional>
 #include <type_traits>
 #include <utility>
+#include <algorithm>
 #include <vector>
 
 #define __global__
@@ -34,7 +38,7 @@ namespace emu {
 
 struct Fiber {
     ucontext_t ctx;
-    std::vector<char> stack;
+    char* stack = nullptr;
     unsigned tid = 0;
     bool done = false;
 };
@@ -53,6 +57,7 @@ struct Block {
 };
 
 inline Block* blk = nullptr;
+inline void (*on_block)() = nullptr;  // runs before every block: poisons the dynamic shared memory
 inline dim3 block_idx, grid_dim, block_dim;
 inline std::function<void()>* body = nullptr;
 
@@ -90,6 +95,15 @@ inline void trampoline() {
     blk->progress = true;
 }
 
+constexpr size_t STACK = 128 * 1024;
+
+// fiber stacks, allocated once (not zeroed) and reused by every block
+inline char* stack_of(unsigned t) {
+    static std::vector<char*> pool;
+    while (pool.size() <= t) pool.push_back(static_cast<char*>(malloc(STACK)));
+    return pool[t];
+}
+
 inline void run_block(std::function<void()>& fn, unsigned nt) {
     Block b;
     b.nt = nt;
@@ -99,20 +113,31 @@ inline void run_block(std::function<void()>& fn, unsigned nt) {
     b.exchange.assign(nt, 0);
     blk = &b;
     body = &fn;
+    if (on_block) on_block();
     for (unsigned t = 0; t < nt; ++t) {
         Fiber& f = b.fibers[t];
         f.tid = t;
-        f.stack.resize(256 * 1024);
+        f.stack = stack_of(t);
         getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack.data();
-        f.ctx.uc_stack.ss_size = f.stack.size();
+        f.ctx.uc_stack.ss_sp = f.stack;
+        f.ctx.uc_stack.ss_size = STACK;
         f.ctx.uc_link = &b.main;
         makecontext(&f.ctx, trampoline, 0);
     }
+    // fibers run until they wait, in a shuffled order every pass: a thread that reads what
+    // another writes without a barrier between sees poison or stale data in some order
+    static uint64_t rng = 0x9e3779b97f4a7c15ull;
+    std::vector<unsigned> order(nt);
+    for (unsigned t = 0; t < nt; ++t) order[t] = t;
     for (;;) {
         bool any = false;
         b.progress = false;
-        for (auto& f : b.fibers) {
+        for (unsigned t = nt - 1; t > 0; --t) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            std::swap(order[t], order[rng % (t + 1)]);
+        }
+        for (unsigned t : order) {
+            Fiber& f = b.fibers[t];
             if (f.done) continue;
             any = true;
             b.cur = &f;

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tilesparse.backends.cupy import compile as cc
+from tilesparse.backends.cupy.layout import NT, shared_bytes
 from tilesparse.backends.cupy.op import CudaKernels, _arg
 
 HERE = Path(__file__).parent
@@ -32,7 +33,7 @@ INSTANCES = {
     ),
     "index.cu": ("lsh_buckets<F32>", "lsh_buckets<BF16>", "bucket_histogram", "bucket_scatter", "block_ranges"),
 }
-SHARED_ARRAYS = 1 << 17  # elements of each extern shared array (512 KiB of floats: more than any block uses)
+SHARED_ARRAYS = 1 << 17  # elements of each extern shared array (512 KiB of floats: past any block's size + canary)
 
 
 def available() -> str | None:
@@ -56,10 +57,29 @@ def library(name: str) -> tuple[ctypes.CDLL, dict[str, str]]:
     for i, inst in enumerate(INSTANCES[name]):
         sym = f"launch_{i}"
         symbols[inst] = sym
-        launchers.append(f'extern "C" int {sym}(void** a, int gx, int gy, int gz, int nt) '
-                         f"{{ return emu::run(&{inst}, a, gx, gy, gz, nt); }}")  # fmt: skip
+        launchers.append(
+            f'extern "C" int {sym}(void** a, int gx, int gy, int gz, int nt, long smem) '
+            f"{{ return launch_guarded(smem, [&] {{ emu::run(&{inst}, a, gx, gy, gz, nt); }}); }}"
+        )
     arrays = "\n".join(f"alignas(16) {t} {n}[{SHARED_ARRAYS}];" for t, n in extern)
-    unit = f'#include "{HERE / "cuda_emulator.h"}"\n{text}\n{arrays}\n' + "\n".join(launchers) + "\n"
+    names = [n for _, n in extern]
+    guard = f"""
+static long g_smem = 0;
+static void poison() {{ {" ".join(f"memset((void*){n}, 0xff, g_smem);" for n in names)} }}
+static const long CANARY = 4096;
+template <class F> static int launch_guarded(long smem, F run) {{
+    g_smem = smem;
+    {" ".join(f"memset((char*){n} + smem, 0xa5, CANARY);" for n in names)}
+    emu::on_block = poison;
+    run();
+    emu::on_block = nullptr;
+    for (long i = 0; i < CANARY; ++i) {{
+        {" ".join(f"if (((unsigned char*){n})[smem + i] != 0xa5) return 1;" for n in names)}
+    }}
+    return 0;
+}}
+"""
+    unit = f'#include "{HERE / "cuda_emulator.h"}"\n{text}\n{arrays}\n{guard}\n' + "\n".join(launchers) + "\n"
     key = hashlib.sha256((unit + (HERE / "cuda_emulator.h").read_text()).encode()).hexdigest()[:16]
     build = Path(tempfile.gettempdir()) / "tilesparse-cuda-emulator"
     build.mkdir(exist_ok=True)
@@ -79,22 +99,24 @@ def library(name: str) -> tuple[ctypes.CDLL, dict[str, str]]:
 _CTYPES = {np.uint64: ctypes.c_uint64, np.int64: ctypes.c_int64, np.int32: ctypes.c_int32, np.float32: ctypes.c_float}
 
 
-def launch(name: str, instance: str, grid: tuple[int, ...], block: int, *args) -> None:
-    """Run ``instance`` of ``kernels/<name>`` over ``grid`` with ``block`` threads."""
+def launch(name: str, instance: str, grid: tuple[int, ...], block: int, smem: int, *args) -> None:
+    """Run ``instance`` of ``kernels/<name>`` over ``grid`` with ``block`` threads and ``smem``
+    bytes of dynamic shared memory; raise when the kernel wrote past them."""
     lib, symbols = library(name)
     values = [_CTYPES[type(a)](a) for a in (_arg(x) for x in args)]
     ptrs = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
     gx, gy, gz = (*grid, 1, 1)[:3]
-    getattr(lib, symbols[instance])(ptrs, gx, gy, gz, block)
+    fn = getattr(lib, symbols[instance])
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    if fn(ptrs, gx, gy, gz, block, smem):
+        raise AssertionError(f"{instance} wrote past its {smem} bytes of dynamic shared memory")
 
 
 class EmulatedKernels(CudaKernels):
     """CudaKernels whose launches run in the emulator."""
 
     def _launch(self, kernel, grid, k, *args) -> None:
-        from tilesparse.backends.cupy.layout import NT
-
-        launch("sfa.cu", self.names[kernel], grid, NT, *args)
+        launch("sfa.cu", self.names[kernel], grid, NT, shared_bytes(kernel, self.head_dim, k), *args)
 
 
 def emulated_kernels(head_dim: int, dtype) -> EmulatedKernels:
@@ -103,4 +125,4 @@ def emulated_kernels(head_dim: int, dtype) -> EmulatedKernels:
 
 def emulated_index_launch(name: str, grid, block: int, smem: int, *args) -> None:
     """Drop-in for ``tilesparse.backends.cupy.index._launch``."""
-    launch("index.cu", name, grid, block, *args)
+    launch("index.cu", name, grid, block, smem, *args)

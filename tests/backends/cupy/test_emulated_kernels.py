@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 import tilesparse as ts
 from tilesparse import ir
 from tilesparse.backends.cupy import index as cindex
-from tilesparse.backends.cupy.op import feature_attention
-from tilesparse.backends.executor import tile_attention
 from tilesparse.patterns import get_criterion
 from tilesparse.testing import assert_equivalent, attention_inputs, decisions
+
+from feature_ops import FeatureOp, topk_specs
 
 emulate = pytest.importorskip("emulate")
 pytestmark = pytest.mark.skipif(emulate.available() is not None, reason=str(emulate.available()))
@@ -34,41 +34,8 @@ pytestmark = pytest.mark.skipif(emulate.available() is not None, reason=str(emul
 FIELDS = ("q_order", "q_pos", "q_bucket", "k_order", "k_pos", "k_bucket", "q_ranges", "q_nseg", "k_ranges", "k_nseg")
 
 
-class EmulatedOp:
-    """TopKFeatures groups through the emulated kernels, the rest through the tile executor."""
-
-    def __init__(self, spec, *, causal):
-        self.spec = spec
-        self.compiled = ts.compile(spec, causal=causal, backend="reference")
-        self.program = ir.lower(spec, causal=causal, block_q=64, block_k=64)
-
-    def __repr__(self):
-        return f"EmulatedOp({self.spec})"
-
-    def __call__(self, q, k, v, *, decisions):
-        B, H, T, D = q.shape
-        prepared = ir.prepare(self.program, decisions, batch=B, heads=H, seqlen=T, device=q.device)
-        per_head = {}
-        for g in prepared.groups:
-            if isinstance(g.group.score, ir.FeatureDotScore):
-                out = feature_attention(q, k, v, g, D**-0.5, impl=emulate.EmulatedKernels(D, q.dtype)).to(q.dtype)
-            else:
-                out = tile_attention(q, k, v, g, D**-0.5)
-            per_head.update({h: out[:, i] for i, h in enumerate(g.heads)})
-        return torch.stack([per_head[h] for h in range(H)], dim=1)
-
-    def reference(self, q, k, v, **kw):
-        return self.compiled.reference(q, k, v, **kw)
-
-
-def topk_specs(heads):
-    top = st.builds(ts.TopKFeatures, k=st.integers(1, 8))
-    part = st.sampled_from([ts.Hash(buckets=3), ts.Hash(buckets=2, attend_self=False), ts.QKDrop(keep=0.5)])
-    hybrid = st.builds(lambda p, t: ts.Hybrid(parts=[p, t]), part, top)
-    three = top.map(lambda t: ts.Hybrid(parts=[ts.QKDrop(keep=0.7), ts.Hash(buckets=4), t]))
-    base = st.one_of(top, hybrid, three)
-    per_head = st.builds(ts.PerHead, dense_heads=st.lists(st.integers(0, heads - 1), unique=True, max_size=heads - 1), rest=base)
-    return st.one_of(base, per_head)
+def EmulatedOp(spec, *, causal):
+    return FeatureOp(spec, causal=causal, make_impl=emulate.EmulatedKernels)
 
 
 @settings(max_examples=60)

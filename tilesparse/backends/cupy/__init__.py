@@ -8,10 +8,11 @@
 - ``kernels/index.cu``: the fused index-building stage (LSH buckets, a per-head counting
   sort by bucket, the block ranges), equal to ``tilesparse.ir.prepare_group``.
 
-It runs on CUDA only. Without cupy or a GPU the backend reports why (never an import error);
-CI compiles every ``.cu`` for sm_90 (tests/backends/cupy/test_compile.py) and checks the
-kernels' torch model (``model.py``) against the reference. Tested on the H200 in
-tests/gpu/test_cupy_gpu.py.
+It runs on CUDA only. Without cupy or a GPU the backend reports why (never an import error).
+CI compiles every ``.cu`` for sm_90 (tests/backends/cupy/test_compile.py), runs the kernels on
+the CPU in a CUDA emulator against the reference and ``prepare_group``
+(tests/backends/cupy/test_emulated_kernels.py), and checks the kernels' torch models
+(``model.py``, ``index_model.py``). Tested on the H200 in tests/gpu/test_cupy_gpu.py.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 // block the dynamic shared memory is filled with 0xff bytes (NaN floats, -1 integers), so a read
 // of shared memory no thread wrote shows; the bytes past the launch's size are a canary the
 // launcher checks, so a write past it shows too. The element
-// types replace common.cuh's (which uses PTX): F32 and BF16 only.
+// types replace common.cuh's (which uses PTX).
 #pragma once
 #include <math.h>
 #include <stdio.h>
@@ -236,6 +236,23 @@ struct F32 {
     typedef float T;
     static inline float load(float x) { return x; }
     static inline float round(float x) { return x; }
+};
+struct F16 {
+    typedef unsigned short T;
+    static inline float load(unsigned short h) {  // IEEE half -> float, subnormals and inf/nan too
+        unsigned sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+        float mag;
+        if (exp == 0) mag = ldexpf((float)man, -24);
+        else if (exp == 31) mag = man ? __uint_as_float(0x7fc00000u) : POS_INF;
+        else mag = ldexpf((float)(man | 0x400u), (int)exp - 25);
+        return sign ? -mag : mag;
+    }
+    static inline float round(float x) {  // to the nearest half (ties to even), normal range
+        int e;
+        frexpf(x, &e);
+        float ulp = ldexpf(1.f, (e - 11 < -24 ? -24 : e - 11));
+        return nearbyintf(x / ulp) * ulp;
+    }
 };
 struct BF16 {
     typedef unsigned short T;

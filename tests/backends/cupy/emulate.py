@@ -3,7 +3,7 @@ for threads), launched exactly as on the GPU: same argument lists, grids and blo
 
 :func:`emulated_kernels` gives a ``CudaKernels`` whose launches go to the emulator;
 :func:`emulated_index_launch` replaces ``tilesparse.backends.cupy.index._launch``. Tensors must
-be contiguous CPU tensors; F32 and BF16 only (the emulator has no fp16).
+be contiguous CPU tensors.
 """
 
 from __future__ import annotations
@@ -24,14 +24,15 @@ from tilesparse.backends.cupy.layout import NT, shared_bytes
 from tilesparse.backends.cupy.op import CudaKernels, _arg
 
 HERE = Path(__file__).parent
-HEAD_DIMS = (16, 32, 64)
-DTYPES = ("F32", "BF16")
+HEAD_DIMS = (16, 32, 64, 128, 256)
+DTYPES = ("F32", "F16", "BF16")
 INSTANCES = {
     "sfa.cu": tuple(
         [f"sfa_compress_keys<{t}>" for t in DTYPES]
         + [f"{k}<{t}, {d}>" for k in ("sfa_fwd", "sfa_bwd_dq", "sfa_bwd_dkdv") for t in DTYPES for d in HEAD_DIMS]
     ),
-    "index.cu": ("lsh_buckets<F32>", "lsh_buckets<BF16>", "bucket_histogram", "bucket_scatter", "block_ranges"),
+    "index.cu": ("lsh_buckets<F32>", "lsh_buckets<F16>", "lsh_buckets<BF16>", "bucket_histogram", "bucket_scatter",
+                 "block_ranges"),
 }
 SHARED_ARRAYS = 1 << 17  # elements of each extern shared array (512 KiB of floats: past any block's size + canary)
 

@@ -5,14 +5,14 @@ block sizes as on the GPU:
 
 - feature-intersection attention against the reference: outputs and the gradients of q, k, v
   over random TopKFeatures specs (alone, with Hash, with QKDrop, under PerHead), edge-case
-  decisions, causal or not, GQA, T not a multiple of 64, D in {16, 32, 64}, float32 and
-  bfloat16;
+  decisions, causal or not, GQA, T not a multiple of 64, every dtype, D in {16, 32, 64}, and
+  fixed cases at D = 128 and 256 with the largest k that fits;
 - the fused index build against ``prepare_group``, tensor for tensor, every layout, and the
-  LSH kernel against the ``lsh`` criterion (float32).
+  LSH kernel against the ``lsh`` criterion (every dtype).
 
 What the emulator cannot show: races a barrier-free schedule would expose on real hardware
 beyond missing barriers (fibers switch only at barriers), shared-memory capacity, performance.
-Skipped without g++. CPU only; T <= 200.
+Skipped without g++. CPU only; T <= 300.
 """
 
 import pytest
@@ -38,13 +38,30 @@ def EmulatedOp(spec, *, causal):
     return FeatureOp(spec, causal=causal, make_impl=emulate.EmulatedKernels)
 
 
-@settings(max_examples=60)
+@settings(max_examples=100)
 @given(data=st.data(), causal=st.booleans())
 def test_emulated_kernels_equal_the_reference(data, causal):
-    q, k, v = data.draw(attention_inputs(seqlen=st.integers(1, 200), head_dim=st.sampled_from(emulate.HEAD_DIMS),
-                                         dtype=st.sampled_from([torch.float32, torch.bfloat16])))  # fmt: skip
+    q, k, v = data.draw(attention_inputs(seqlen=st.integers(1, 300), head_dim=st.sampled_from([16, 32, 64])))
     spec = data.draw(topk_specs(q.shape[1]))
     dec = data.draw(decisions(spec, q.shape))
+    assert_equivalent(EmulatedOp(spec, causal=causal), q, k, v, decisions=dec)
+
+
+@pytest.mark.parametrize(
+    ("spec", "D", "dtype", "causal"),
+    [
+        (ts.Hybrid(parts=[ts.QKDrop(keep=0.7), ts.Hash(buckets=3), ts.TopKFeatures(k=32)]), 256, torch.bfloat16, True),
+        (ts.TopKFeatures(k=16), 128, torch.float16, False),
+        (ts.PerHead(dense_heads=[1], rest=ts.TopKFeatures(k=4)), 256, torch.float32, True),
+    ],
+    ids=["D256-k32-bf16", "D128-k16-fp16", "D256-k4-fp32-perhead"],
+)
+def test_emulated_kernels_at_large_head_dims(spec, D, dtype, causal):
+    """The largest shared-memory layouts (the launch's canary checks their sizes) and every dtype."""
+    g = torch.Generator().manual_seed(D)
+    q = torch.randn(1, 2, 130, D, generator=g).to(dtype)
+    k, v = (torch.randn(1, 2, 130, D, generator=g).to(dtype) for _ in range(2))
+    dec = ts.compile(spec).decide(q, k, generator=g)
     assert_equivalent(EmulatedOp(spec, causal=causal), q, k, v, decisions=dec)
 
 
@@ -84,20 +101,23 @@ def test_emulated_index_build_spans_several_chunks(emulated_index):
         assert torch.equal(getattr(got, f), getattr(want, f)), f
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("buckets", [2, 5, 16])
-def test_emulated_lsh_equals_the_criterion(buckets):
+def test_emulated_lsh_equals_the_criterion(buckets, dtype):
     g = torch.Generator().manual_seed(buckets)
-    q, k = (torch.randn(2, 3, 130, 32, generator=g) for _ in range(2))
+    q, k = (torch.randn(2, 3, 130, 32, generator=g).to(dtype) for _ in range(2))
     k = k[:, :1]  # GQA: one kv head for three query heads
     k3 = k.expand(2, 3, 130, 32)
     want_q, want_k = get_criterion("lsh")(q, k3, buckets=buckets, generator=torch.Generator().manual_seed(1))
-    rot = cindex.lsh_rotations(3, 32, buckets, torch.float32, "cpu", generator=torch.Generator().manual_seed(1))
+    rot = cindex.lsh_rotations(3, 32, buckets, dtype, "cpu", generator=torch.Generator().manual_seed(1))
     qb = torch.empty((2, 3, 130), dtype=torch.int32)
     kb = torch.empty_like(qb)
     head_map = torch.tensor([0, 1, 2], dtype=torch.int32)
     half = -(-buckets // 2)
     kc = k.contiguous()
-    emulate.launch("index.cu", "lsh_buckets<F32>", (-(-130 // cindex.NT), 6, 2), cindex.NT, 32 * half * 4, q, kc, rot, head_map, qb, kb,
+    tag = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}[dtype]
+    emulate.launch("index.cu", f"lsh_buckets<{tag}>", (-(-130 // cindex.NT), 6, 2), cindex.NT, 32 * half * 4, q, kc, rot, head_map, qb, kb,
                    *cindex._i64(q.stride()[:3]), *cindex._i64(kc.stride()[:3]), 130, 3, 3, 32, half, buckets - half)  # fmt: skip
     agree = float(((qb == want_q).float().mean() + (kb == want_k).float().mean()) / 2)
-    assert agree >= 0.999, f"only {agree:.4f} of the buckets agree"
+    # the projection is summed in another order than torch's matmul: a near-tie may flip
+    assert agree >= (0.999 if dtype == torch.float32 else 0.98), f"only {agree:.4f} of the buckets agree"

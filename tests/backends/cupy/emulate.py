@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -86,9 +87,9 @@ template <class F> static int launch_guarded(long smem, F run) {{
     build.mkdir(exist_ok=True)
     so = build / f"{name}-{key}.so"
     if not so.exists():
-        src = build / f"{name}-{key}.cpp"
+        src = build / f"{name}-{key}-{os.getpid()}.cpp"
         src.write_text(unit)
-        tmp = so.with_suffix(".tmp.so")
+        tmp = build / f"{name}-{key}-{os.getpid()}.tmp.so"  # renamed into place: concurrent runs never see half a file
         res = subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-w", "-o", str(tmp), str(src)],
                              capture_output=True, text=True, check=False)  # fmt: skip
         if res.returncode != 0:

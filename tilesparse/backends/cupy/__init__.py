@@ -41,7 +41,10 @@ class CupyBackend(Backend):
 
     NAME = "cupy"
     SUPPORTED_DEVICES = ("cuda",)
-    FUSES_GATHER_SCATTER = True
+    # gather, attend and scatter are one kernel; layout and ranges stay torch's (the planner's
+    # stage graph) unless FUSES_INDEX_BUILDING
+    STAGES = ("gather", "attend", "scatter")
+    FUSIONS = (("gather", "attend", "scatter"),)
     # the layout and ranges stages through kernels/index.cu instead of torch; off until the
     # GPU tests (tests/gpu/test_cupy_gpu.py) have shown them bit-identical on the device
     FUSES_INDEX_BUILDING = False

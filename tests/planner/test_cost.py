@@ -121,3 +121,15 @@ def test_a_new_backend_is_calibrated_from_planner_check_rows(tmp_path):
     assert cupy.ms(shape, 0.1) == pytest.approx(0.2 + 0.001 * 0.1 * shape.dense_units, rel=1e-3)
     assert table.entry("cuda", "sdpa").ms(shape, 0.1) == pytest.approx(0.05 + 0.0005 * shape.dense_units, rel=1e-3)
     assert table.entry("cuda", "triton") is not None, "priors stay for what was not measured"
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("mode", ["fwd", "fwd_bwd"])
+def test_topk_features_price_the_cupy_path_above_triton(D, mode):
+    """Path 2 (CuPy feature intersection) lost to path 1 (Triton dense tiles) on every measured
+    row (bench_features_h200.json): the table must price it higher at every size, so auto picks
+    path 1; backend="cupy" still forces path 2."""
+    for T in GRID_T:
+        shape = Shape(1, 4, T, D, torch.bfloat16, mode)
+        for fraction in (1.0, 0.3, 0.05):
+            assert _ms("cupy", shape, fraction) > _ms("triton", shape, fraction), (T, fraction)

@@ -53,6 +53,15 @@ PRIORS: dict[str, dict[str, dict]] = {
             "dtype_factor": {"float32": 3.0},
             "stages": {"prepare": {"fwd": [0.45, 0.0]}, "attend": {"fwd": [0.0, 0.006], "fwd_bwd": [0.6, 0.024]}},
         },
+        "cupy": {
+            "source": "prior from benchmarks/results/bench_features_h200.json: the feature-intersection "
+            "kernels took 4.4-33x the Triton kernels' time on every measured TopKFeatures row (k 4-16, "
+            "D 64-256, T 4k-64k); priced at Triton's measured per-tile cost times 4.4, the smallest ratio",
+            "skips_tiles": True,
+            "floor_ms": {"fwd": 0.45, "fwd_bwd": 1.3},
+            "dtype_factor": {},
+            "stages": {"attend": {"fwd": [0.6, 0.0240], "fwd_bwd": [1.9, 0.108]}},
+        },
         "reference": {
             "source": "prior, not measured: ~30 torch ops of host work and ~16 passes over fp32 "
             "(B, H, T, T) scores and mask at 4.8 TB/s (0.5 us a unit tile; backward 3x)",

@@ -192,8 +192,8 @@ def test_forcing_sdpa_on_a_hash_spec_lists_the_reasons():
     text = str(info.value)
     assert "backend 'sdpa' cannot run head group heads[rest] layout=sort" in text
     assert "layout sort is not identity" in text and "beyond non-strict causality" in text
-    with pytest.raises(ts.NoBackendError, match=r"score is a feature-sparse dot"):
-        ts.compile(ts.TopKFeatures(k=2), backend="sdpa")(q, k, v)
+    with pytest.raises(ts.NoBackendError, match=r"layout compact is not identity"):
+        ts.compile(ts.Hybrid(parts=[ts.QKDrop(keep=0.5), ts.TopKFeatures(k=2)]), backend="sdpa")(q, k, v)
     with pytest.raises(ts.NoBackendError, match=r"no-such: not available \(registered: \["):
         ts.compile(ts.Dense(), backend="no-such")(q, k, v)
     # a forced backend that can run the group runs it

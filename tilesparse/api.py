@@ -164,7 +164,7 @@ class CompiledAttention:
                 prepared.append(g)
                 outs.append((a.heads, a.backend.attend(g, inputs)))
             else:
-                outs.append((a.heads, a.backend.attend_heads(a.group, a.heads, inputs)))
+                outs.append((a.heads, a.backend.attend_heads(a.group, a.heads, inputs, decisions=dec)))
         self._last = tuple(prepared)
         if len(outs) == 1 and outs[0][0] == tuple(range(inputs.heads)):
             return outs[0][1]

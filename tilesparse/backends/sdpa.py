@@ -1,7 +1,8 @@
 """Dense head groups through ``torch.nn.functional.scaled_dot_product_attention``.
 
 A group qualifies when nothing but causality masks it: identity layout, at most a non-strict
-Causal predicate, the plain dot score. On CUDA the cuDNN kernel is tried first, then flash,
+Causal predicate. A TopKFeatures group runs as SDPA over the sparsified q~ and k~ (features
+outside the supports zeroed, so autograd sends gradients to the kept entries only). On CUDA the cuDNN kernel is tried first, then flash,
 then torch's others: on the H200 cuDNN runs dense causal attention 1.6x faster than flash
 (benchmarks/results/bench_full_d64_h200.json), and torch's own order may prefer flash.
 """
@@ -14,7 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..ir import AttentionInputs, Causal, DotScore, HeadGroup, Layout, PreparedGroup
 from .base import Backend, register, select_heads
-from .reference import kv_for_heads
+from .reference import feature_mask, kv_for_heads
 
 __all__ = ["SdpaBackend"]
 
@@ -39,8 +40,6 @@ class SdpaBackend(Backend):
         other = [p for p in group.predicates if not (isinstance(p, Causal) and not p.strict)]
         if other:
             reasons.append(f"mask has predicates {other} beyond non-strict causality")
-        if not isinstance(group.score, DotScore):
-            reasons.append("score is a feature-sparse dot; sdpa computes full dots")
         return reasons
 
     @property
@@ -52,19 +51,38 @@ class SdpaBackend(Backend):
         return [f"{n} (last dim strided; torch's fused kernels copy it)" for n in strided]
 
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
-        return self.attend_heads(g.group, g.heads, inputs)
+        return self._attend(g.group, g.heads, inputs, g.q_support, g.k_support)
 
-    def attend_heads(self, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs) -> Tensor:
-        """The group's output without index tensors (sdpa needs none)."""
+    def attend_heads(
+        self, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs, decisions=None
+    ) -> Tensor:
+        """The group's output without index tensors (sdpa needs none); a TopKFeatures group
+        reads its feature supports from ``decisions``."""
+        q_support = k_support = None
+        if not isinstance(group.score, DotScore):
+            if decisions is None or decisions.q_support is None or decisions.k_support is None:
+                raise ValueError(f"sdpa runs {group.describe()} over q~ and k~: pass decisions= with q_support and k_support")
+            q_support = select_heads(decisions.q_support, heads, inputs.heads)
+            k_support = select_heads(decisions.k_support, heads, inputs.heads)
+        return self._attend(group, heads, inputs, q_support, k_support)
+
+    def _attend(self, group: HeadGroup, heads, inputs: AttentionInputs, q_support, k_support) -> Tensor:
         q = select_heads(inputs.q, heads, inputs.heads)
-        k, v = kv_for_heads(inputs, heads)
+        if q_support is None:
+            k, v = kv_for_heads(inputs, heads)
+        else:
+            # the dot of the sparsified vectors q~ . k~: per query head, as the supports are
+            D = inputs.head_dim
+            k = select_heads(inputs.k_per_query_head(), heads, inputs.heads)
+            v = select_heads(inputs.v_per_query_head(), heads, inputs.heads)
+            q = q * feature_mask(q_support, D, q.dtype)
+            k = k * feature_mask(k_support, D, k.dtype)
         gqa = q.shape[1] != k.shape[1]
+        causal = group.causal is not None
         if q.is_cuda:
             with sdpa_kernel(CUDA_PRIORITY, set_priority=True):
-                return F.scaled_dot_product_attention(
-                    q, k, v, is_causal=group.causal is not None, scale=inputs.scale, enable_gqa=gqa
-                )
-        return F.scaled_dot_product_attention(q, k, v, is_causal=group.causal is not None, scale=inputs.scale, enable_gqa=gqa)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=inputs.scale, enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=inputs.scale, enable_gqa=gqa)
 
 
 register(SdpaBackend())

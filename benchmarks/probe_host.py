@@ -25,8 +25,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 import tilesparse as ts  # noqa: E402
-from tilesparse.backends.triton import kernels  # noqa: E402
-from tilesparse.backends.triton.op import LOG2E, _block_d, _flags, _precision, sparse_attention, tile_config  # noqa: E402
+from tilesparse.backends.triton.op import launch_fwd, sparse_attention, tile_config  # noqa: E402
 
 
 def host_us(fn, calls: int) -> float:
@@ -67,15 +66,7 @@ def main() -> int:
         lse = torch.empty((B, H, T), device=dev, dtype=torch.float32)
 
         def launch():
-            kernels._attn_fwd[(g.q_ranges.shape[2], B * H)](
-                q, k, v, o, lse,
-                g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map,
-                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-                H, T, g.q_ranges.shape[2], D**-0.5 * LOG2E,
-                K_GROUP=1, V_GROUP=1, HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_M=cfg.block_q, BLOCK_N=cfg.fwd_n,
-                MAX_SEG=g.q_ranges.shape[3], PRECISION=_precision(q.dtype),
-                num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages, **_flags(g),
-            )  # fmt: skip
+            launch_fwd(q, k, v, o, lse, g, D**-0.5, cfg)
 
         with torch.no_grad():
             no_grad_call = host_us(call, args.calls)

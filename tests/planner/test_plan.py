@@ -182,20 +182,26 @@ def test_when_no_backend_can_run_the_error_lists_every_candidate():
 
 
 class _FusingBackend(Backend):
-    """A stand-in for a backend that hashes and sorts in one pass (as CuPy may)."""
+    """A stand-in for a backend that hashes and sorts in one pass (as CuPy may); it attends
+    through the reference."""
 
     NAME = "test-fusing"
     STAGES = ("decide", "layout", "ranges", "attend")
     FUSIONS = (("decide", "layout"),)
 
-    def attend(self, g, inputs):  # pragma: no cover - never run
-        raise NotImplementedError
+    def attend(self, g, inputs):
+        return REGISTRY["reference"].attend(g, inputs)
 
 
 def test_a_new_backend_plugs_in_with_its_stages_fusions_and_cost_entry():
     REGISTRY[_FusingBackend.NAME] = _FusingBackend()
     try:
         plan = plan_of(ts.Hash(buckets=4), {**GPU_LIKE, "test-fusing": entry(0.0, 0.0001, skips=True)})
+        # forced, it runs exactly
+        attn = ts.compile(ts.Hash(buckets=4), backend="test-fusing")
+        q, k, v = torch.randn(3, 1, 2, 40, 16).unbind(0)
+        dec = attn.decide(q, k)
+        torch.testing.assert_close(attn(q, k, v, decisions=dec), attn.reference(q, k, v, decisions=dec))
     finally:
         del REGISTRY[_FusingBackend.NAME]
     (a,) = plan.assignments

@@ -2,12 +2,15 @@
 
 A group qualifies when nothing but causality masks it: identity layout, at most a non-strict
 Causal predicate. A TopKFeatures group runs as SDPA over the sparsified q~ and k~ (features
-outside the supports zeroed, so autograd sends gradients to the kept entries only). On CUDA the cuDNN kernel is tried first, then flash,
-then torch's others: on the H200 cuDNN runs dense causal attention 1.6x faster than flash
-(benchmarks/results/bench_full_d64_h200.json), and torch's own order may prefer flash.
+outside the supports zeroed, so autograd sends gradients to the kept entries only). On CUDA
+the cuDNN kernel is tried first, then flash, then torch's others: on the H200 cuDNN runs dense
+causal attention 1.6x faster than flash (benchmarks/results/bench_full_d64_h200.json), and
+torch's own order may prefer flash.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch.nn.functional as F
 from torch import Tensor
@@ -61,7 +64,9 @@ class SdpaBackend(Backend):
         q_support = k_support = None
         if not isinstance(group.score, DotScore):
             if decisions is None or decisions.q_support is None or decisions.k_support is None:
-                raise ValueError(f"sdpa runs {group.describe()} over q~ and k~: pass decisions= with q_support and k_support")
+                raise ValueError(
+                    f"sdpa runs {group.describe()} over q~ and k~: pass decisions= with q_support and k_support"
+                )
             q_support = select_heads(decisions.q_support, heads, inputs.heads)
             k_support = select_heads(decisions.k_support, heads, inputs.heads)
         return self._attend(group, heads, inputs, q_support, k_support)
@@ -79,10 +84,8 @@ class SdpaBackend(Backend):
             k = k * feature_mask(k_support, D, k.dtype)
         gqa = q.shape[1] != k.shape[1]
         causal = group.causal is not None
-        if q.is_cuda:
-            with sdpa_kernel(CUDA_PRIORITY, set_priority=True):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=inputs.scale, enable_gqa=gqa)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=inputs.scale, enable_gqa=gqa)
+        with sdpa_kernel(CUDA_PRIORITY, set_priority=True) if q.is_cuda else contextlib.nullcontext():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=inputs.scale, enable_gqa=gqa)
 
 
 register(SdpaBackend())

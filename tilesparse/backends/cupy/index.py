@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ...ir import HeadGroup, Keep, PreparedGroup, Program, SameBucket
-from ...ir.prepare import _select, assemble_group
+from ...ir.prepare import _head_map, _select, assemble_group
 from .compile import SHARED_LIMIT, module
 from .layout import P_CAUSAL, P_NOT_SELF, P_STRICT, predicate_bits
 from .op import _DTYPE_TAG, _arg
@@ -64,7 +64,7 @@ def lsh_buckets(q: Tensor, k: Tensor, rotations: Tensor, heads: tuple[int, ...],
     if D * half * 4 > SHARED_LIMIT:
         raise ValueError(f"the rotation of {buckets} buckets at D={D} ({D * half * 4} bytes) does not fit in shared memory")
     q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
-    head_map = torch.tensor(heads, dtype=torch.int32, device=q.device)
+    head_map = _head_map(tuple(heads), q.device)
     name = f"lsh_buckets<{_DTYPE_TAG[q.dtype]}>"
     _launch(
         name, (-(-T // NT), B * Hg, 2), NT, D * half * 4, q, k, rotations.contiguous(), head_map, qb, kb,

@@ -66,6 +66,32 @@ def _tiles(rng, s, BLOCK: tl.constexpr):
     return lo, f0, f1, hi
 
 
+@triton.jit
+def _program(HEAD_MAP, n_heads_g, seqlen):
+    """This program's batch, head within the group, query head, and the offset of its
+    (batch, group head) rows in the index tensors."""
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads_g
+    hg = pid_bh % n_heads_g
+    h = tl.load(HEAD_MAP + hg)
+    return pid_bh, b, hg, h, pid_bh.to(tl.int64) * seqlen
+
+
+@triton.jit
+def _layout_rows(ORDER, POS, BKT, row_base, block, seqlen, pos_other, bkt_other,
+                 BLOCK: tl.constexpr, SAME_BUCKET: tl.constexpr):
+    """Layout rows ``block``*BLOCK.. of one side: their offsets, in-range mask, original rows,
+    positions (``pos_other`` past T) and buckets (the positions without SAME_BUCKET)."""
+    offs = block * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < seqlen
+    rows = tl.load(ORDER + row_base + offs, mask=ok, other=0)
+    pos = tl.load(POS + row_base + offs, mask=ok, other=pos_other)
+    bkt = pos
+    if SAME_BUCKET:
+        bkt = tl.load(BKT + row_base + offs, mask=ok, other=bkt_other)
+    return offs, ok, rows, pos, bkt
+
+
 # ---------------------------------------------------------------------------------------------
 # forward
 
@@ -123,21 +149,11 @@ def _attn_fwd(Q, K, V, O, LSE,
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     tl.static_assert(BLOCK_D >= 16, "tl.dot needs an inner dimension of at least 16")
     pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // n_heads_g
-    hg = pid_bh % n_heads_g
-    h = tl.load(HEAD_MAP + hg)
-    row_base = pid_bh.to(tl.int64) * seqlen
-
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    m_ok = offs_m < seqlen
+    pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
+    offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
+                                                      BLOCK_M, SAME_BUCKET)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
-    q_rows = tl.load(Q_ORDER + row_base + offs_m, mask=m_ok, other=0)
-    q_pos = tl.load(Q_POS + row_base + offs_m, mask=m_ok, other=-1)
-    q_bkt = q_pos
-    if SAME_BUCKET:
-        q_bkt = tl.load(Q_BKT + row_base + offs_m, mask=m_ok, other=-1)
     # load q once: it stays in registers for every tile of the block
     q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
     q = tl.load(q_base + q_rows[:, None] * stride_qt + offs_d[None, :],
@@ -231,21 +247,11 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
     """One key block (BLOCK_N rows of the key layout) against its query-row ranges."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // n_heads_g
-    hg = pid_bh % n_heads_g
-    h = tl.load(HEAD_MAP + hg)
-    row_base = pid_bh.to(tl.int64) * seqlen
-
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = offs_n < seqlen
+    pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
+    offs_n, n_ok, k_rows, k_pos, k_bkt = _layout_rows(K_ORDER, K_POS, K_BKT, row_base, pid_n, seqlen,
+                                                      KEY_SENTINEL, -2, BLOCK_N, SAME_BUCKET)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
-    k_rows = tl.load(K_ORDER + row_base + offs_n, mask=n_ok, other=0)
-    k_pos = tl.load(K_POS + row_base + offs_n, mask=n_ok, other=KEY_SENTINEL)
-    k_bkt = k_pos
-    if SAME_BUCKET:
-        k_bkt = tl.load(K_BKT + row_base + offs_n, mask=n_ok, other=-2)
     kv_ok = (k_pos != KEY_SENTINEL)[:, None] & d_ok[None, :]
     k = tl.load(K + b.to(tl.int64) * stride_kb + (h // K_GROUP).to(tl.int64) * stride_kh
                 + k_rows[:, None] * stride_kt + offs_d[None, :], mask=kv_ok, other=0.0)
@@ -340,21 +346,11 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
     kernel, which runs after it."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // n_heads_g
-    hg = pid_bh % n_heads_g
-    h = tl.load(HEAD_MAP + hg)
-    row_base = pid_bh.to(tl.int64) * seqlen
-
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    m_ok = offs_m < seqlen
+    pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
+    offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
+                                                      BLOCK_M, SAME_BUCKET)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
-    q_rows = tl.load(Q_ORDER + row_base + offs_m, mask=m_ok, other=0)
-    q_pos = tl.load(Q_POS + row_base + offs_m, mask=m_ok, other=-1)
-    q_bkt = q_pos
-    if SAME_BUCKET:
-        q_bkt = tl.load(Q_BKT + row_base + offs_m, mask=m_ok, other=-1)
     row_ok = (q_pos >= 0)[:, None] & d_ok[None, :]
     q = tl.load(Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
                 + q_rows[:, None] * stride_qt + offs_d[None, :], mask=row_ok, other=0.0)

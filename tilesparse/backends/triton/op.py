@@ -18,7 +18,15 @@ from torch import Tensor
 from ...ir import KEY_SENTINEL, HeadGroup, NotSelf, PreparedGroup, SameBucket
 from . import kernels
 
-__all__ = ["TileConfig", "compiled_kernel_count", "interpreting", "override_config", "sparse_attention", "tile_config"]
+__all__ = [
+    "TileConfig",
+    "compiled_kernel_count",
+    "interpreting",
+    "launch_fwd",
+    "override_config",
+    "sparse_attention",
+    "tile_config",
+]
 
 LOG2E = 1.4426950408889634
 assert kernels.KEY_SENTINEL.value == KEY_SENTINEL, "kernel and IR disagree on the key sentinel"
@@ -137,26 +145,33 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: f
     return _SparseAttention.apply(q, k, v, g, scale, cfg)
 
 
+def launch_fwd(
+    q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig
+) -> None:
+    """One launch of the forward kernel: O (B, Hg, T, D) and LSE (B, Hg, T) of group ``g``."""
+    B, H, T, D = q.shape
+    Hg = len(g.heads)
+    n_blocks = g.q_ranges.shape[2]
+    kernels._attn_fwd[(n_blocks, B * Hg)](
+        q, k, v, o, lse,
+        g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+        Hg, T, n_blocks, scale * LOG2E,
+        K_GROUP=H // k.shape[1], V_GROUP=H // v.shape[1], HEAD_DIM=D, BLOCK_D=_block_d(D),
+        BLOCK_M=cfg.block_q, BLOCK_N=cfg.fwd_n, MAX_SEG=g.q_ranges.shape[3],
+        PRECISION=_precision(q.dtype), num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages,
+        **_flags(g),
+    )  # fmt: skip
+
+
 class _SparseAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig):
         B, H, T, D = q.shape
         Hg = len(g.heads)
-        k_group, v_group = H // k.shape[1], H // v.shape[1]
         o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=q.device)
         lse = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
-        n_blocks = g.q_ranges.shape[2]
-        grid = (n_blocks, B * Hg)
-        kernels._attn_fwd[grid](
-            q, k, v, o, lse,
-            g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-            Hg, T, n_blocks, scale * LOG2E,
-            K_GROUP=k_group, V_GROUP=v_group, HEAD_DIM=D, BLOCK_D=_block_d(D),
-            BLOCK_M=cfg.block_q, BLOCK_N=cfg.fwd_n, MAX_SEG=g.q_ranges.shape[3],
-            PRECISION=_precision(q.dtype), num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages,
-            **_flags(g),
-        )  # fmt: skip
+        launch_fwd(q, k, v, o, lse, g, scale, cfg)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.g, ctx.scale, ctx.cfg = g, scale, cfg
         return o

@@ -10,8 +10,10 @@ A measurement is the median of CUDA-event timings after one warm-up call (compil
 excluded), as many calls as fit in ~0.3 s (at least one). Rows run cheapest first; a row is
 skipped, with the reason in the JSON, when the budget is spent or its time predicted from the
 previous T (x (T'/T)^2) is over a per-measurement cap. Index build: Hash(buckets=16) (and
-with QKDrop) at T = 16k and 64k, B=1, H=8, D=128: the lsh criterion + torch prepare, lsh +
-Triton's fused build, CuPy buckets-given build, and CuPy with LSH in the kernel.
+with QKDrop) at T = 4k, 16k and 64k, B=1, H=8, D=128, each build as a whole call (host time
+included): LSH as torch ops + torch prepare or + Triton's build; the ``lsh`` criterion alone
+(one kernel on CUDA); the Triton, CuPy and torch builds with the buckets given; and the CuPy
+build hashing in its first launch (two launches in all). ``--index-only`` runs only these.
 
 Writes DIR/bench_features.json and DIR/bench_features.png; prints a compact table last.
 """
@@ -36,6 +38,7 @@ from tilesparse import ir  # noqa: E402
 from tilesparse.backends.cupy import CupyBackend  # noqa: E402
 from tilesparse.backends.cupy.layout import compressed_key_bytes  # noqa: E402
 from tilesparse.patterns import get_criterion  # noqa: E402
+from tilesparse.patterns.criteria import lsh_matmul  # noqa: E402
 
 DEV = torch.device("cuda")
 B, H = 1, 4
@@ -130,7 +133,7 @@ def index_rows(budget_end: float, quick: bool) -> list[dict]:
 
     rows = []
     Hi, D, buckets = 8, 128, 16
-    for T in (16384,) if quick else (16384, 65536):
+    for T in (16384,) if quick else (4096, 16384, 65536):
         for spec in (ts.Hash(buckets=buckets), ts.Hybrid(parts=[ts.Hash(buckets=buckets), ts.QKDrop(keep=0.7)])):
             if time.perf_counter() > budget_end:
                 rows.append({"T": T, "spec": str(spec), "skipped": "budget spent"})
@@ -143,14 +146,18 @@ def index_rows(budget_end: float, quick: bool) -> list[dict]:
             dec0 = ts.compile(spec).decide(q, k, generator=torch.Generator(DEV).manual_seed(0))
             keep = {"q_keep": dec0.q_keep, "k_keep": dec0.k_keep} if dec0.q_keep is not None else {}
 
-            def lsh():
-                qb, kb = get_criterion("lsh")(q, k, buckets=buckets, generator=torch.Generator(DEV).manual_seed(0))
+            rot = cindex.lsh_rotations(Hi, D, buckets, q.dtype, DEV, generator=torch.Generator(DEV).manual_seed(0))
+
+            def torch_lsh():  # the criterion's torch ops (a batched matmul, argmaxes)
+                qb, kb = lsh_matmul(q, k, rot.to(q.dtype), buckets)
                 return ts.Decisions(q_bucket=qb, k_bucket=kb, **keep)
 
-            rot = cindex.lsh_rotations(Hi, D, buckets, q.dtype, DEV, generator=torch.Generator(DEV).manual_seed(0))
+            lsh = get_criterion("lsh")  # on CUDA with cupy: one kernel launch
             paths = {
-                "torch_lsh+prepare": lambda: ir.prepare_group(program, group, heads, lsh(), heads=Hi, **kw),
-                "torch_lsh+triton_build": lambda: triton_build(program, group, heads, lsh(), n_heads=Hi, **kw),
+                "torch_lsh+prepare": lambda: ir.prepare_group(program, group, heads, torch_lsh(), heads=Hi, **kw),
+                "torch_lsh+triton_build": lambda: triton_build(program, group, heads, torch_lsh(), n_heads=Hi, **kw),
+                "lsh_criterion": lambda: lsh(q, k, buckets=buckets, generator=torch.Generator(DEV).manual_seed(0)),
+                "triton_build(buckets given)": lambda: triton_build(program, group, heads, dec0, n_heads=Hi, **kw),
                 "cupy_build(buckets given)": lambda: cindex.build_group(program, group, heads, dec0, n_heads=Hi, **kw),
                 "cupy_lsh+build": lambda: cindex.build_group(program, group, heads, ts.Decisions(**keep), n_heads=Hi,
                                                              q=q, k=k, rotations=rot, **kw),  # fmt: skip
@@ -237,11 +244,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="directory for bench_features.json/.png")
     ap.add_argument("--budget-s", type=float, default=200.0, help="stop starting measurements after this many seconds")
     ap.add_argument("--quick", action="store_true", help="T up to 16k only")
+    ap.add_argument("--index-only", action="store_true", help="only the index-build rows")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     # the attention rows get 80% of the budget, the index rows the rest
-    rows = attention_rows(start + 0.8 * args.budget_s, args.quick)
+    rows = [] if args.index_only else attention_rows(start + 0.8 * args.budget_s, args.quick)
     index = index_rows(start + args.budget_s, args.quick)
     memory = memory_rows()
     crossover = [f"k={r['k']} D={r['D']} T={r['T']} {r['mode']}" for r in rows if _faster(r) == "path2_cupy"]

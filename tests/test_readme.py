@@ -190,3 +190,29 @@ def test_readme_training_results_are_the_committed_json():
     r = run_python("examples/train_lm.py", "--report", str(results))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() in section
+
+
+def test_readme_index_build_table_is_the_committed_json():
+    """The index-build table of the CuPy section: every figure is bench_index_h200.json's."""
+    import json
+
+    section = README.split("## Top-k feature sparsity and the CuPy backend", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    header, *rows = ([c.strip() for c in line.strip().strip("|").split("|")] for line in lines if "build" in line
+                     or line.startswith("| 4,096") or line.startswith("| 16,384") or line.startswith("| 65,536"))  # fmt: skip
+    columns = {
+        "torch LSH + torch prepare": "torch_lsh+prepare",
+        "torch LSH + Triton build": "torch_lsh+triton_build",
+        "Triton build, buckets given": "triton_build(buckets given)",
+        "CuPy build, buckets given": "cupy_build(buckets given)",
+        "CuPy build hashing itself": "cupy_lsh+build",
+    }
+    assert header[:2] == ["T", "build"] and header[2:] == list(columns)
+    specs = {"Hash 16": "Hash()", "Hash 16 + QKDrop 0.7": "Hybrid(parts=[Hash(), QKDrop()])"}
+    results = json.loads((ROOT / "benchmarks" / "results" / "bench_index_h200.json").read_text())
+    measured = {(r["T"], r["spec"]): r for r in results["index_build"]}
+    assert len(rows) == len(measured) == 6
+    for cells in rows:
+        r = measured[(int(cells[0].replace(",", "")), specs[cells[1]])]
+        for cell, key in zip(cells[2:], columns.values(), strict=True):
+            assert _close(cell, r[key]["ms"]), f"{cells[:2]} {key}: {cell} vs {r[key]['ms']}"

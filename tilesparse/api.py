@@ -10,19 +10,26 @@ traces a call (``torch.compile``), the call becomes the custom ops of ``tilespar
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from . import library
+from .backends import cupy as cupy_backend
 from .backends.reference import feature_mask, masked_attention
 from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, lower, tile_stats
 from .patterns import Decisions, SpecBase, check_decisions, parse_spec
-from .patterns.specs import TopKFeatures
+from .patterns.criteria import deferred_lsh, pending_hash, register_lsh_kernel
+from .patterns.specs import Hash, TopKFeatures
 from .planner import Plan, make_plan
 
 __all__ = ["CompiledAttention", "PlanStats", "compile"]
+
+# patterns and backends know nothing of each other; here the built-in lsh criterion gets the
+# CuPy index build's hashing kernel (used on CUDA where cupy runs it)
+register_lsh_kernel(cupy_backend.hash_reasons, cupy_backend.hash_into)
 
 
 @dataclass
@@ -112,18 +119,21 @@ class CompiledAttention:
 
     # -- running ----------------------------------------------------------------------------
 
-    def plan(self, q: Tensor, k: Tensor, v: Tensor) -> Plan:
-        """The plan a call on these inputs uses (cached per dtype, device, sizes, grad)."""
-        return self._plan(check_inputs(q, k, v, scale=self.scale))
+    def plan(self, q: Tensor, k: Tensor, v: Tensor, *, decisions: Decisions | None = None) -> Plan:
+        """The plan a call on these inputs uses (cached per dtype, device, sizes, grad, and
+        whether the call makes its decisions or is given them)."""
+        return self._plan(check_inputs(q, k, v, scale=self.scale), decides=decisions is None)
 
-    def _plan(self, inputs: AttentionInputs) -> Plan:
+    def _plan(self, inputs: AttentionInputs, *, decides: bool) -> Plan:
         key = (
             inputs.dtype, inputs.device, inputs.heads, inputs.kv_heads, inputs.head_dim, inputs.requires_grad,
-            _size_bucket(inputs.batch), _size_bucket(inputs.seqlen),
+            _size_bucket(inputs.batch), _size_bucket(inputs.seqlen), decides,
         )  # fmt: skip
         plan = self._plans.get(key)
         if plan is None:
-            plan = make_plan(self.program, inputs, backend=self.backend, has_decide=bool(self.spec.decision_fields))
+            # an index builder may hash the lsh buckets itself only when the call makes them
+            plan = make_plan(self.program, inputs, backend=self.backend, has_decide=bool(self.spec.decision_fields),
+                             lsh_decide=decides and _lsh_decides(self.spec))  # fmt: skip
             self._plans[key] = plan
             self.stats.plans += 1
         else:
@@ -155,23 +165,45 @@ class CompiledAttention:
     def _eager(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, generator) -> Tensor:
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
-        dec = self._decisions(inputs, decisions, generator)
-        plan = self._plan(inputs)
-        outs, prepared = [], []
-        for a in plan.assignments:
-            if a.backend.needs_prepare:
-                g = a.backend.prepare(plan.program, a.group, a.heads, _with_dense_heads(dec, a.dense_heads), inputs)
-                prepared.append(g)
+        plan = self._plan(inputs, decides=decisions is None)
+        dec, prepared = self._prepare_all(plan, inputs, decisions, generator)
+        outs = []
+        for a, g in zip(plan.assignments, prepared, strict=True):
+            if g is not None:
                 outs.append((a.heads, a.backend.attend(g, inputs)))
             else:
                 outs.append((a.heads, a.backend.attend_heads(a.group, a.heads, inputs, decisions=dec)))
-        self._last = tuple(prepared)
+        self._last = tuple(g for g in prepared if g is not None)
         if len(outs) == 1 and outs[0][0] == tuple(range(inputs.heads)):
             return outs[0][1]
         out = q.new_empty(q.shape)
         for heads, o in outs:
             out[:, list(heads)] = o
         return out
+
+    def _prepare_all(self, plan: Plan, inputs: AttentionInputs, decisions: Decisions | None, generator):
+        """The decisions and every group's index tensors (None for a group that reads none),
+        built by the group's index builder. When the op decides and a builder hashes the
+        ``lsh`` buckets itself, the criterion only draws its rotation (``deferred_lsh``) and
+        that builder's first launch fills the buckets; every other reader waits for them."""
+        fuse = decisions is None and any(a.fused_hash for a in plan.assignments)
+        with deferred_lsh() if fuse else contextlib.nullcontext([]) as pending:
+            dec = self._decisions(inputs, decisions, generator)
+            prepared = []
+            for a in plan.assignments:
+                if not a.backend.needs_prepare:
+                    prepared.append(None)
+                    continue
+                lsh = pending_hash(dec.q_bucket) if a.fused_hash else None
+                if lsh is None:
+                    for p in pending:
+                        p.run()
+                    g = a.builder.prepare(plan.program, a.group, a.heads, _with_dense_heads(dec, a.dense_heads), inputs)
+                else:
+                    g = a.builder.prepare_hashing(plan.program, a.group, a.heads, dec, inputs, lsh)
+                    lsh.done = True
+                prepared.append(g)
+        return dec, prepared
 
     def _traced(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None) -> Tensor:
         """The call as custom ops, for dynamo: decisions (made by the decide op unless given),
@@ -189,11 +221,11 @@ class CompiledAttention:
         """The index tensors of every head group (for inspection: ``tilesparse.ir.to_string``)."""
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
-        dec = self._decisions(inputs, decisions, generator)
-        plan = self._plan(inputs)
-        groups = tuple(
-            a.backend.prepare(plan.program, a.group, a.heads, _with_dense_heads(dec, a.dense_heads), inputs)
-            for a in plan.assignments
+        plan = self._plan(inputs, decides=decisions is None)
+        dec, prepared = self._prepare_all(plan, inputs, decisions, generator)
+        groups = tuple(  # a group that reads no index tensors gets the IR's, for inspection
+            g if g is not None else a.backend.prepare(plan.program, a.group, a.heads, _with_dense_heads(dec, a.dense_heads), inputs)
+            for a, g in zip(plan.assignments, prepared, strict=True)
         )
         return Prepared(plan.program, groups, inputs.batch, inputs.heads, inputs.seqlen)
 
@@ -239,7 +271,7 @@ class CompiledAttention:
         copies, refused backends and why; the visited-tile fraction estimated by the planner,
         observed on decisions drawn now (or given), and observed on the last call."""
         inputs = check_inputs(q, k, v, scale=self.scale)
-        plan = self._plan(inputs)
+        plan = self._plan(inputs, decides=decisions is None)
         lines = [f"{self}", f"inputs: q {tuple(q.shape)} k/v {tuple(k.shape)} {str(q.dtype).removeprefix('torch.')} on {q.device}"]
         lines.append(plan.describe())
         copies = sorted({c for a in plan.assignments for c in a.backend.input_copies(inputs)})
@@ -299,6 +331,11 @@ def dense_mask(
         c = (j <= i).expand(B, H, r1 - r0, T)
         mask = c if mask is None else mask & c
     return mask
+
+
+def _lsh_decides(spec: SpecBase) -> bool:
+    """Whether the op's own decisions include buckets of the built-in ``lsh`` criterion."""
+    return any(isinstance(p, Hash) and p.criterion == "lsh" for p in _parts(spec))
 
 
 def _buckets(spec: SpecBase) -> int | None:

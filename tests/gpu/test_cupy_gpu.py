@@ -211,7 +211,7 @@ def test_index_build_is_bit_identical_to_prepare():
     results = []
     for spec in INDEX_SPECS:
         for causal in (True, False):
-            for T in (1, 63, 64, 1000, 2048, 5000):
+            for T in (1, 63, 64, 1000, 2048, 5000, 40000):
                 for blocks in ((64, 64), (128, 64)):
                     what = f"index {spec} causal={causal} T={T} blocks={blocks}"
                     try:
@@ -225,11 +225,16 @@ def test_index_build_is_bit_identical_to_prepare():
                         kw = dict(batch=2, seqlen=T, device=DEVICE)
                         want = ir.prepare_group(program, group, heads, dec, heads=3, **kw)
                         got = cindex.build_group(program, group, heads, dec, n_heads=3, **kw)
-                        bad = [f for f in FIELDS if not _same(getattr(got, f), getattr(want, f))]
-                        results.append(_line(not bad, what, f"differs in {bad}" if bad else "all tensors equal"))
+                        results.append(_compare(what, got, want))
                     except Exception as e:  # noqa: BLE001
                         results.append(_line(False, what, f"{type(e).__name__}: {e}"))
     _report(results)
+
+
+def _compare(what, got, want):
+    """A report line: every index tensor of ``got`` equal to ``want``'s, or which differ."""
+    bad = [f for f in FIELDS if not _same(getattr(got, f), getattr(want, f))]
+    return _line(not bad, what, f"differs in {bad}" if bad else "all tensors equal")
 
 
 def _same(a, b):
@@ -254,6 +259,35 @@ def test_lsh_in_the_kernel_agrees_with_the_criterion():
                 results.append(_line(frac <= limit, what, f"{frac:.2e} of buckets differ (limit {limit:g})"))
             except Exception as e:  # noqa: BLE001
                 results.append(_line(False, what, f"{type(e).__name__}: {e}"))
+    _report(results)
+
+
+def test_hashing_in_the_first_launch_then_sorting_equals_prepare():
+    """LSH inside the index build (two launches in all) against prepare_group over the buckets
+    the kernel hashed: GQA keys, with and without dropped tokens, several chunks."""
+    results = []
+    for spec in (ts.Hash(buckets=16), ts.Hybrid(parts=[ts.Hash(buckets=7), ts.QKDrop(keep=0.6)])):
+        for causal in (True, False):
+            for T in (100, 3000, 40000):
+                what = f"hashing build {spec} causal={causal} T={T}"
+                try:
+                    g = torch.Generator(DEVICE).manual_seed(T)
+                    q = torch.randn((2, 4, T, 128), generator=g, device=DEVICE, dtype=torch.bfloat16)
+                    k = torch.randn((2, 2, T, 128), generator=g, device=DEVICE, dtype=torch.bfloat16)
+                    dec = ts.compile(spec).decide(q, k.repeat_interleave(2, dim=1), generator=g)
+                    keep = {"q_keep": dec.q_keep, "k_keep": dec.k_keep} if dec.q_keep is not None else {}
+                    program = ir.lower(spec, causal=causal, block_q=64, block_k=64)
+                    group = program.groups[0]
+                    heads = (0, 1, 2, 3)
+                    rot = cindex.lsh_rotations(4, 128, group.buckets, q.dtype, DEVICE, generator=g)
+                    kw = dict(batch=2, seqlen=T, device=DEVICE)
+                    got = cindex.build_group(program, group, heads, ts.Decisions(**keep), n_heads=4, q=q, k=k, rotations=rot, **kw)
+                    qb, kb = cindex.lsh_buckets(q, k, rot, heads, group.buckets)
+                    want_dec = ts.Decisions(q_bucket=qb.long(), k_bucket=kb.long(), **keep)
+                    want = ir.prepare_group(program, group, heads, want_dec, heads=4, **kw)
+                    results.append(_compare(what, got, want))
+                except Exception as e:  # noqa: BLE001
+                    results.append(_line(False, what, f"{type(e).__name__}: {e}"))
     _report(results)
 
 

@@ -138,3 +138,49 @@ def test_the_eager_hot_path_does_not_sync():
         attn(q, k, v, decisions=dec)
     finally:
         torch.cuda.set_sync_debug_mode(0)
+
+
+@pytest.mark.parametrize("builder", ["cupy", "triton"])
+@pytest.mark.parametrize("spec", [ts.Hash(buckets=16), ts.Hybrid(parts=[ts.Hash(buckets=8), ts.QKDrop(keep=0.6)])], ids=str)
+def test_each_index_builder_runs_the_call_exactly(monkeypatch, spec, builder):
+    """The index lines made to favour one builder: CuPy hashes the op's lsh decisions in its
+    first launch (decide+layout+ranges), or Triton builds after the criterion's kernel; either
+    way the call equals the reference over attn.decide's decisions with the same generator
+    (the same kernel hashes both), outputs and gradients, GQA."""
+    table = plan_module.default_costs().to_dict()
+    cheap, dear = [0.01, 0.0], [5.0, 0.0]
+    table["index"] = {"cuda": {"cupy+lsh": cheap if builder == "cupy" else dear, "cupy": dear, "lsh": [0.01, 0.0],
+                               "triton": cheap if builder == "triton" else dear}}  # fmt: skip
+    monkeypatch.setattr(plan_module, "default_costs", lambda: CostTable.from_dict(table))
+    g = torch.Generator(DEVICE).manual_seed(3)
+    q = torch.randn((2, 4, 3000, 64), generator=g, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn((2, 2, 3000, 64), generator=g, device=DEVICE, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    attn = ts.compile(spec)
+    (a,) = attn.plan(q, k, v).assignments
+    assert (a.backend.NAME, a.builder.NAME, a.fused_hash) == ("triton", builder, builder == "cupy")
+    out = attn(q, k, v, generator=torch.Generator(DEVICE).manual_seed(11))
+    dec = attn.decide(q, k, generator=torch.Generator(DEVICE).manual_seed(11))
+    ref = attn.reference(q, k, v, decisions=dec)  # float32
+    go = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), go)
+    want = torch.autograd.grad(ref, (q, k, v), go.float())
+    scale = ref.abs().max()
+    assert (out.float() - ref).abs().max() <= 3e-2 * scale
+    for got, ref_g in zip(grads, want, strict=True):
+        assert (got.float() - ref_g).abs().max() <= 3e-2 * ref_g.abs().max().clamp_min(1e-6), "gradient differs"
+
+
+def test_the_lsh_criterion_hashes_with_the_kernel_on_cuda():
+    """decide() on CUDA is one kernel launch: it agrees with the criterion's torch ops except
+    at near-ties of the rounded projection."""
+    from tilesparse.patterns import get_criterion
+    from tilesparse.patterns.criteria import lsh_matmul
+
+    g = torch.Generator(DEVICE).manual_seed(0)
+    q, k = (torch.randn((2, 4, 4096, 128), generator=g, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    qb, kb = get_criterion("lsh")(q, k, buckets=16, generator=torch.Generator(DEVICE).manual_seed(1))
+    rot = torch.randn((4, 128, 8), generator=torch.Generator(DEVICE).manual_seed(1), device=DEVICE).to(q.dtype)
+    wq, wk = lsh_matmul(q, k, rot, 16)
+    differ = float(((qb != wq).float().mean() + (kb != wk).float().mean()) / 2)
+    assert differ <= 2e-2, f"{differ:.2e} of the buckets differ"
+    assert qb.dtype == torch.int32 and int(qb.max()) < 16 and int(qb.min()) >= 0

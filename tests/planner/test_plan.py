@@ -196,7 +196,8 @@ class _FusingBackend(Backend):
 def test_a_new_backend_plugs_in_with_its_stages_fusions_and_cost_entry():
     REGISTRY[_FusingBackend.NAME] = _FusingBackend()
     try:
-        plan = plan_of(ts.Hash(buckets=4), {**GPU_LIKE, "test-fusing": entry(0.0, 0.0001, skips=True)})
+        plan = make_plan(lower(ts.Hash(buckets=4), causal=True), inputs(), has_decide=True, lsh_decide=True,
+                         costs=table({**GPU_LIKE, "test-fusing": entry(0.0, 0.0001, skips=True)}))  # fmt: skip
         # forced, it runs exactly
         attn = ts.compile(ts.Hash(buckets=4), backend="test-fusing")
         q, k, v = torch.randn(3, 1, 2, 40, 16).unbind(0)
@@ -208,7 +209,7 @@ def test_a_new_backend_plugs_in_with_its_stages_fusions_and_cost_entry():
     assert a.backend.NAME == "test-fusing"
     nodes = {n: d["backend"] for n, d in plan.graph.nodes(data=True)}
     assert nodes == {"0:decide+layout": "test-fusing", "0:ranges": "test-fusing", "0:attend": "test-fusing"}
-    assert plan.fusions == ("group 0: decide+layout in one test-fusing kernel",)
+    assert plan.fusions == ("group 0: decide+layout fused in test-fusing",)
     assert "stages: decide+layout[test-fusing] -> ranges[test-fusing] -> attend[test-fusing]" in plan.describe()
 
 
@@ -224,8 +225,8 @@ def test_backends_name_the_stages_they_do_not_implement():
 def test_triton_plans_record_their_fusions():
     plan = make_plan(lower(ts.Hash(buckets=4), causal=True), inputs(T=64, dtype=torch.float32), backend="triton", has_decide=True)
     assert plan.fusions == (
-        "group 0: layout+ranges in one triton kernel",
-        "group 0: gather+attend+scatter in one triton kernel",
+        "group 0: layout+ranges fused in triton",
+        "group 0: gather+attend+scatter fused in triton",
     )
     assert "stages: decide[torch] -> layout+ranges[triton] -> gather+attend+scatter[triton]" in plan.describe()
 
@@ -236,3 +237,103 @@ def test_head_groups_are_selected_as_views():
     assert select_heads(t, tuple(range(6)), 6) is t
     assert select_heads(t, (0, 2), 6)._base is None  # not a run: a copy
     torch.testing.assert_close(select_heads(t, (0, 2), 6), t[:, [0, 2]])
+
+
+class _IndexBuilder(Backend):
+    """A stand-in for CuPy's index build on the CPU: it builds layout and ranges (the IR's
+    torch code) and can hash the lsh buckets itself; it attends through the reference."""
+
+    NAME = "test-index"
+    STAGES = ("decide", "layout", "ranges", "attend")
+    FUSIONS = (("decide", "layout", "ranges"), ("layout", "ranges"))
+    hashed = 0
+
+    def prepare_hashing(self, program, group, heads, decisions, inputs, lsh):
+        lsh.run()  # the test's hash_into: the criterion's torch ops, as CuPy's first launch would
+        type(self).hashed += 1
+        return self.prepare(program, group, heads, decisions, inputs)
+
+    def attend(self, g, inputs):
+        return REGISTRY["reference"].attend(g, inputs)
+
+
+def index_table(**lines) -> CostTable:
+    t = {"meta": {}, "devices": {"cpu": GPU_LIKE}, "index": {"cpu": {n.replace("_", "-").replace("-lsh", "+lsh"): v
+                                                                      for n, v in lines.items()}}}  # fmt: skip
+    return CostTable.from_dict(t)
+
+
+@pytest.fixture
+def index_builder():
+    REGISTRY[_IndexBuilder.NAME] = _IndexBuilder()
+    yield REGISTRY[_IndexBuilder.NAME]
+    del REGISTRY[_IndexBuilder.NAME]
+
+
+def test_the_cheaper_index_builder_builds_another_backends_groups(index_builder):
+    spec = lower(ts.Hash(buckets=4), causal=True)
+    cheap = make_plan(spec, inputs(), has_decide=True, costs=index_table(torch=[1.0, 0.0], test_index=[0.2, 0.0]))
+    (a,) = cheap.assignments
+    assert (a.backend.NAME, a.builder.NAME, a.fused_hash) == ("executor", "test-index", False)
+    assert a.index_costs == (("test-index", 0.2), ("torch", 1.0))
+    nodes = {n: d["backend"] for n, d in cheap.graph.nodes(data=True)}
+    assert nodes == {"0:decide": "torch", "0:layout+ranges": "test-index", "0:attend": "executor"}
+    assert "index build estimated: test-index 0.2 ms, torch 1 ms" in cheap.describe()
+    dear = make_plan(spec, inputs(), has_decide=True, costs=index_table(torch=[1.0, 0.0], test_index=[2.0, 0.0]))
+    assert dear.assignments[0].index is None and dear.assignments[0].builder.NAME == "executor"
+    # a forced backend builds its own index; without index lines nothing is compared
+    forced = make_plan(spec, inputs(), backend="executor", has_decide=True, costs=index_table(torch=[1.0, 0], test_index=[0.2, 0]))
+    assert forced.assignments[0].index is None and forced.assignments[0].index_costs == ()
+    assert plan_of(ts.Hash(buckets=4)).assignments[0].index_costs == ()
+
+
+def test_a_builder_hashes_the_lsh_decisions_when_that_is_cheaper(index_builder):
+    spec = lower(ts.Hybrid(parts=[ts.Hash(buckets=4), ts.QKDrop(keep=0.5)]), causal=True)
+    costs = index_table(torch=[0.5, 0.0], lsh=[0.3, 0.0], test_index=[0.5, 0.0], test_index_lsh=[0.6, 0.0])
+    plan = make_plan(spec, inputs(), has_decide=True, lsh_decide=True, costs=costs)
+    (a,) = plan.assignments
+    assert (a.builder.NAME, a.fused_hash) == ("test-index", True)
+    assert a.index_costs == (("test-index+lsh", 0.6), ("torch", 0.8))
+    assert "stages: decide+layout+ranges[test-index] -> attend[executor]" in plan.describe()
+    # without the lsh criterion deciding (decisions from another criterion), no hashing to fuse
+    plain = make_plan(spec, inputs(), has_decide=True, lsh_decide=False, costs=costs)
+    assert (plain.assignments[0].builder.NAME, plain.assignments[0].fused_hash) == ("executor", False)
+    # PerHead's rest, alone or with the dense heads fused in, never hashes: the builder fills
+    # every head's buffer with buckets
+    per_head = lower(ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=4)), causal=True)
+    for slow_sdpa in (False, True):
+        table = costs.to_dict()
+        table["devices"]["cpu"]["sdpa"] = entry(50.0, 0.0, floor=50.0) if slow_sdpa else entry(0.0, 0.0)
+        plan = make_plan(per_head, inputs(), has_decide=True, lsh_decide=True, costs=CostTable.from_dict(table))
+        assert len(plan.assignments) == (1 if slow_sdpa else 2)
+        assert not any(a.fused_hash for a in plan.assignments)
+
+
+def test_deferred_hashing_runs_in_the_builder_and_the_call_stays_exact(index_builder, monkeypatch):
+    """The call path of a fused hash, on the CPU: lsh defers (as on CUDA with cupy), the builder
+    fills the buckets before reading them, and the output equals the reference over the same
+    decisions (the same generator draws)."""
+    from tilesparse.backends.cupy import index as cindex
+    from tilesparse.patterns import criteria
+
+    def hash_into(q, k, rot, buckets, qb, kb):
+        a, b = criteria.lsh_matmul(q, k, rot.to(q.dtype), buckets)
+        qb.copy_(a), kb.copy_(b)
+
+    monkeypatch.setattr(criteria, "_kernel_hashes", lambda q, buckets: True)
+    monkeypatch.setattr(cindex, "hash_into", hash_into)
+    costs = index_table(torch=[0.5, 0.0], lsh=[0.3, 0.0], test_index=[0.5, 0.0], test_index_lsh=[0.6, 0.0])
+    monkeypatch.setattr(plan_module, "default_costs", lambda: costs)
+    spec = ts.Hybrid(parts=[ts.Hash(buckets=4), ts.QKDrop(keep=0.6)])
+    attn = ts.compile(spec, causal=True)
+    q, k, v = torch.randn(3, 1, 4, 96, 16, generator=torch.Generator().manual_seed(0)).unbind(0)
+    assert attn.plan(q, k, v).assignments[0].fused_hash
+    _IndexBuilder.hashed = 0
+    out = attn(q, k, v, generator=torch.Generator().manual_seed(7))
+    assert _IndexBuilder.hashed == 1
+    dec = attn.decide(q, k, generator=torch.Generator().manual_seed(7))  # hashed at once, no defer
+    torch.testing.assert_close(out, attn.reference(q, k, v, decisions=dec))
+    # given decisions: a plan of its own that hashes nothing, so the builder hashes nothing
+    assert not attn.plan(q, k, v, decisions=dec).assignments[0].fused_hash
+    attn(q, k, v, decisions=dec)
+    assert _IndexBuilder.hashed == 1

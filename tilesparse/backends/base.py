@@ -62,10 +62,17 @@ class Backend(ABC):
             reasons.append(f"head dim {inputs.head_dim} > {self.MAX_HEAD_DIM}")
         if inputs.requires_grad and not self.SUPPORTS_BACKWARD:
             reasons.append("gradients are needed and this backend has no backward pass")
-        return reasons + self._reasons(group, inputs)
+        if stage == "attend":
+            return reasons + self._reasons(group, inputs)
+        return reasons + self._stage_reasons(stage, group, inputs)
 
     def _reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
         return []
+
+    def _stage_reasons(self, stage: str, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
+        """Backend-specific reasons against running ``stage`` (not attend) of ``group``; by
+        default the attend stage's."""
+        return self._reasons(group, inputs)
 
     def supports(self, group: HeadGroup, inputs: AttentionInputs) -> bool:
         return not self.not_supported_reasons(group, inputs)
@@ -86,6 +93,13 @@ class Backend(ABC):
             program, group, heads, decisions,
             batch=inputs.batch, heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,
         )  # fmt: skip
+
+    def prepare_hashing(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs, lsh) -> PreparedGroup:
+        """:meth:`prepare` that first fills the buckets of ``lsh``, a deferred call of the
+        ``lsh`` criterion (``q``, ``k``, ``rotations``, ``buckets`` and the (B, H, T) int32
+        buffers ``q_bucket``, ``k_bucket`` that ``decisions`` holds), in its own launches:
+        for backends whose STAGES include ``decide``."""
+        raise NotImplementedError(f"backend {self.NAME!r} does not hash the lsh decisions itself")
 
     @property
     def needs_prepare(self) -> bool:

@@ -15,7 +15,9 @@ Two modes:
   the same (exact) result: for a sparse row only the tile-skipping backend's time exists
   (SDPA cannot run the mask), for a dense row SDPA and any measured Triton row on it.
 
-Timing (CUDA): CUDA events around each call after warm-up, median of ``--reps``; on the CPU,
+Timing (CUDA): CUDA events around each call after three warm-up calls, median of ``--reps``
+rounds in which every option (each forced backend and the automatic plan) is called once,
+interleaved, so clock and host-load drifts hit every option alike; on the CPU,
 ``time.perf_counter`` (for the tests at the quick grid's sizes). Run on the device::
 
     python -m tilesparse.bench.planner_check --grid targets --out $OUT/planner_check_h200.json
@@ -44,28 +46,39 @@ from .attention import GRIDS, PATTERNS
 __all__ = ["check_results", "main", "time_grid"]
 
 
-def _timer(device: torch.device, reps: int) -> Callable[[Callable[[], object]], float]:
-    def cuda(fn):
-        for _ in range(3):
-            fn()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-        for a, b in events:
-            a.record()
-            fn()
-            b.record()
-        torch.cuda.synchronize(device)
-        return statistics.median(a.elapsed_time(b) for a, b in events)
+def _timer(device: torch.device, reps: int) -> Callable[[dict[str, Callable[[], object]]], dict[str, float]]:
+    """Median ms of each callable, timed interleaved: ``reps`` rounds, each calling every
+    callable once, so drifts of clock and host load hit every option alike."""
 
-    def cpu(fn):
-        fn()
-        times = []
+    def cuda(calls):
+        events = {n: [] for n in calls}
         for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append(1e3 * (time.perf_counter() - t0))
-        return statistics.median(times)
+            for name, fn in calls.items():
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                events[name].append((a, b))
+        torch.cuda.synchronize(device)
+        return {n: statistics.median(a.elapsed_time(b) for a, b in ev) for n, ev in events.items()}
+
+    def cpu(calls):
+        times = {n: [] for n in calls}
+        for _ in range(reps):
+            for name, fn in calls.items():
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(1e3 * (time.perf_counter() - t0))
+        return {n: statistics.median(t) for n, t in times.items()}
 
     return cuda if device.type == "cuda" else cpu
+
+
+def _warm(fn: Callable[[], object], device: torch.device) -> None:
+    for _ in range(3 if device.type == "cuda" else 1):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _call(attn, q, k, v, dec, grad, mode: str) -> Callable[[], object]:
@@ -86,6 +99,7 @@ def time_row(spec, B: int, H: int, T: int, D: int, mode: str, device, *, reps: i
     dec = auto.decide(q, k, generator=g)
     row: dict = {"spec": json.loads(spec.model_dump_json()), "B": B, "H": H, "T": T, "D": D, "mode": mode,
                  "ms": {}, "skipped": {}}  # fmt: skip
+    calls = {}
     for name in REGISTRY:
         if name == "reference" and B * H * T * T * 4 / 2**30 > reference_max_gib:
             row["skipped"][name] = f"(B, H, T, T) float32 scores exceed {reference_max_gib} GiB"
@@ -95,15 +109,23 @@ def time_row(spec, B: int, H: int, T: int, D: int, mode: str, device, *, reps: i
             continue
         try:
             attn = ts.compile(spec, causal=True, backend=name, validate=False)
-            row["ms"][name] = timer(_call(attn, q, k, v, dec, grad, mode))
+            calls[name] = _call(attn, q, k, v, dec, grad, mode)
+            _warm(calls[name], device)
         except ts.NoBackendError as e:
+            calls.pop(name, None)
             row["skipped"][name] = str(e).split("\n", 1)[1].strip()
         except Exception as e:  # noqa: BLE001 - a failure is a recorded result
+            calls.pop(name, None)
             row["skipped"][name] = f"{type(e).__name__}: {str(e)[:300]}"
-    plan = auto.plan(q, k, v)
+    calls["auto"] = _call(auto, q, k, v, dec, grad, mode)
+    _warm(calls["auto"], device)
+    ms = timer(calls)
+    row["ms"] = {n: t for n, t in ms.items() if n != "auto"}
+    plan = auto.plan(q, k, v, decisions=dec)
     row["auto"] = {
         "backends": [a.backend.NAME for a in plan.assignments],
-        "ms": timer(_call(auto, q, k, v, dec, grad, mode)),
+        "index_builders": [a.builder.NAME if a.backend.needs_prepare else None for a in plan.assignments],
+        "ms": ms["auto"],
         "estimated_ms": plan.estimated_ms,
         "estimated": {a.backend.NAME: dict(a.costs) for a in plan.assignments},
     }
@@ -128,7 +150,8 @@ def _verdict(row: dict, tolerance: float = 0.10) -> None:
     row["ok"] = row["within"] <= tolerance
 
 
-def time_grid(grid: str, *, device, reps: int, reference_max_gib: float, log=print) -> list[dict]:
+def time_grid(grid: str, *, device, reps: int, reference_max_gib: float, log=print, on_row=None) -> list[dict]:
+    """Every row of the grid timed; ``on_row(rows)`` after each (the JSON is written as it goes)."""
     g = GRIDS[grid]
     rows = []
     for D in g.head_dims:
@@ -140,6 +163,8 @@ def time_grid(grid: str, *, device, reps: int, reference_max_gib: float, log=pri
                     row["pattern"] = name
                     rows.append(row)
                     log(_line(row))
+                    if on_row is not None:
+                        on_row(rows)
     return rows
 
 
@@ -215,15 +240,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta = {"kind": "planner_check_offline", "source": str(args.from_results)}
     else:
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        rows = time_grid(args.grid, device=device, reps=args.reps, reference_max_gib=args.reference_max_gib)
-        for row in rows:
-            _verdict(row, args.tolerance)
         meta = {
             "kind": "planner_check", "grid": args.grid, "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "dtype": "bfloat16" if device.type == "cuda" else "float32", "causal": True,
             "torch": torch.__version__, "reps": args.reps, "tolerance": args.tolerance,
         }  # fmt: skip
+
+        def write(rows: list[dict]) -> None:  # as rows come: a run cut short keeps its rows
+            for row in rows:
+                _verdict(row, args.tolerance)
+            if args.out:
+                args.out.write_text(json.dumps({"meta": {**meta, "complete": False}, "rows": rows}, indent=1) + "\n")
+
+        rows = time_grid(args.grid, device=device, reps=args.reps, reference_max_gib=args.reference_max_gib, on_row=write)
+        write(rows)
+        meta["complete"] = True
     bad = [r for r in rows if r.get("ok") is False]
     print(f"{len(rows) - len(bad)} of {len(rows)} rows within {100 * args.tolerance:.0f}% of the best")
     if args.out:

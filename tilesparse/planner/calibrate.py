@@ -17,7 +17,10 @@ rows, whose tile counts differ by 3x or more, lie within 20% of it (a host-bound
 the prior's; the prepare line is a least-squares line over the ``prep`` times against rows
 (slope clamped at >= 0; only for backends that prepare); the attend line a least-squares line
 over the device-bound rows (time above 1.2x the floor) of the call time minus the prepared
-estimate against visited tiles (intercept clamped at >= 0). Files of other formats (probe.py's) are skipped with a note.
+estimate against visited tiles (intercept clamped at >= 0). The index builders' lines come from
+the features benchmark's ``index_build`` rows (``benchmarks/bench_features.py``): a
+least-squares line of each build's ms against rows (slope clamped at >= 0). Files of other
+formats (probe.py's) are skipped with a note.
 """
 
 from __future__ import annotations
@@ -33,7 +36,16 @@ import torch
 
 from .cost import COSTS_PATH, MODES, BackendCost, CostTable, Line, Shape
 
-__all__ = ["PRIORS", "calibrate", "main", "points_of"]
+__all__ = ["INDEX_PATHS", "PRIORS", "calibrate", "index_points_of", "main", "points_of"]
+
+# the features benchmark's index-build columns, by the builder name the cost table uses
+INDEX_PATHS = {
+    "torch_prepare(buckets given)": "torch",
+    "triton_build(buckets given)": "triton",
+    "cupy_build(buckets given)": "cupy",
+    "cupy_lsh+build": "cupy+lsh",
+    "lsh_criterion": "lsh",
+}
 
 # What no benchmark measured. Every number says why it is what it is.
 PRIORS: dict[str, dict[str, dict]] = {
@@ -111,6 +123,19 @@ def points_of(data: dict) -> list[dict]:
     return out
 
 
+def index_points_of(data: dict) -> dict[str, list[tuple[float, float]]]:
+    """(rows, ms) per index builder from a features benchmark's ``index_build`` rows (CUDA)."""
+    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in data.get("index_build", []) if isinstance(data.get("index_build"), list) else []:
+        if not {"B", "H", "T"} <= set(r):
+            continue
+        rows = r["B"] * r["H"] * r["T"] / 1000
+        for column, name in INDEX_PATHS.items():
+            if "ms" in r.get(column, {}):
+                out[name].append((rows, r[column]["ms"]))
+    return dict(out)
+
+
 def _lstsq(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """(intercept, slope) of the least-squares line; one point: through the origin."""
     if len(xs) == 1:
@@ -172,13 +197,17 @@ def fit_backend(pts: list[dict], prior: dict) -> BackendCost:
 def calibrate(paths: list[Path], log=print) -> tuple[CostTable, list[dict]]:
     """The cost table from the files at ``paths`` plus :data:`PRIORS`, and the points used."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    index_pts: dict[str, list[tuple[float, float]]] = defaultdict(list)
     used = []
     for path in paths:
-        pts = points_of(json.loads(Path(path).read_text()))
-        if not pts:
+        data = json.loads(Path(path).read_text())
+        pts, idx = points_of(data), index_points_of(data)
+        if not pts and not idx:
             log(f"skipped {path}: no rows in a known format")
             continue
         used.append(str(path))
+        for name, xy in idx.items():
+            index_pts[name] += xy
         for p in pts:
             # only 16-bit rows calibrate; the dtype factors carry the rest
             if p["shape"].dtype in (torch.float16, torch.bfloat16):
@@ -193,8 +222,14 @@ def calibrate(paths: list[Path], log=print) -> tuple[CostTable, list[dict]]:
         "unit": "tiles: 128x64 tiles at D=64 over B x Hg (visited ones for skips_tiles); rows: B x Hg x T / 1000",
         "stages": "[fixed ms, us per unit]",
     }
+    index = {}
+    for name, xy in sorted(index_pts.items()):
+        a, b = _lstsq([x for x, _ in xy], [y for _, y in xy])
+        if b < 0:
+            a, b = sorted(y for _, y in xy)[len(xy) // 2], 0.0
+        index[name] = Line(a, b)
     points = [p for pts in groups.values() for p in pts]
-    return CostTable(devices, meta), points
+    return CostTable(devices, meta, {"cuda": index} if index else {}), points
 
 
 def report(table: CostTable, points: list[dict]) -> list[str]:

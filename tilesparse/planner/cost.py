@@ -21,6 +21,12 @@ which writes ``costs.json`` next to this file); backends or devices without meas
 carry priors that say so (``source``). A backend with no entry for a device is not an
 automatic candidate there.
 
+Index builders (the layout and ranges stages, and LSH hashing fused into them) have their own
+lines per device, ``index``: milliseconds of a build against rows, named by builder
+(``triton``, ``cupy``, ``torch``), ``cupy+lsh`` for the CuPy build hashing in its first launch
+and ``lsh`` for the ``lsh`` criterion alone. They are fitted from the features benchmark's
+index rows (D = 128); the planner compares them to pick who builds a group's index.
+
 :func:`estimate_visited` is the planner's prior for the visited fraction before any decision
 exists; explain() shows it next to the fraction observed on real decisions.
 """
@@ -30,7 +36,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -174,22 +180,37 @@ class CostTable:
 
     devices: dict[str, dict[str, BackendCost]]
     meta: dict
+    index: dict[str, dict[str, Line]] = field(default_factory=dict)  # device -> builder -> line over rows
 
     def entry(self, device_type: str, backend: str) -> BackendCost | None:
         return self.devices.get(device_type, {}).get(backend)
+
+    def index_line(self, device_type: str, builder: str) -> Line | None:
+        """ms of an index build by ``builder`` against rows (B x Hg x T / 1000), if measured."""
+        return self.index.get(device_type, {}).get(builder)
 
     @staticmethod
     def from_dict(d: dict) -> CostTable:
         devices = {
             dev: {n: BackendCost.from_dict(e) for n, e in entries.items()} for dev, entries in d["devices"].items()
         }
-        return CostTable(devices, dict(d.get("meta", {})))
+        index = {
+            dev: {n: Line(float(v[0]), float(v[1]) / 1000) for n, v in lines.items()}
+            for dev, lines in d.get("index", {}).items()
+        }
+        return CostTable(devices, dict(d.get("meta", {})), index)
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "meta": self.meta,
             "devices": {dev: {n: e.to_dict() for n, e in entries.items()} for dev, entries in self.devices.items()},
         }
+        if self.index:
+            out["index"] = {
+                dev: {n: [_round(li.fixed_ms), _round(li.per_unit_ms * 1000)] for n, li in lines.items()}
+                for dev, lines in self.index.items()
+            }
+        return out
 
     @staticmethod
     def load(path: str | Path = COSTS_PATH) -> CostTable:

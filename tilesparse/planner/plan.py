@@ -17,6 +17,13 @@ when the plan has several groups). For each group the planner
    order. When nothing qualifies, the error lists every candidate with its reasons, in the
    format explain() uses for the refusals of a plan that succeeded.
 
+Then, for a group whose backend reads index tensors, it picks who builds them (``layout`` and
+``ranges``): the backend itself (Triton's kernels, or the IR's torch code) or another backend
+that implements those stages (CuPy's two-launch build), by the index lines of the cost model.
+When the op makes the decisions itself with the ``lsh`` criterion, a builder that implements
+``decide`` too (CuPy) hashes in its first launch, priced against the criterion's own launch
+plus the other build; a forced backend builds its own index.
+
 A backend's stage chains (``FUSIONS``) are contracted into one node of the graph each; every
 contraction is a recorded fusion.
 """
@@ -72,6 +79,14 @@ class Assignment:
     lowered: HeadGroup | None = None
     split: tuple[float, float] = (0.0, 0.0)
     dense_heads: tuple[int, ...] = ()
+    index: Backend | None = None
+    fused_hash: bool = False
+    index_costs: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def builder(self) -> Backend:
+        """The backend whose ``prepare`` builds the index tensors."""
+        return self.index or self.backend
 
 
 @dataclass(frozen=True)
@@ -101,6 +116,9 @@ class Plan:
             if a.costs:
                 est = ", ".join(f"{n} {ms:.3g} ms" if ms < float("inf") else f"{n} not priced" for n, ms in a.costs)
                 lines.append(f"  estimated: {est}; visited tiles {100 * a.visited:.1f}%")
+            if len(a.index_costs) > 1:
+                est = ", ".join(f"{n} {ms:.3g} ms" for n, ms in a.index_costs)
+                lines.append(f"  index build estimated: {est}")
             lines += [f"  note: {n}" for n in a.notes]
             lines += [f"  refused {line}" for line in format_refusals(a.refused)]
         if self.fusions:
@@ -214,9 +232,12 @@ def make_plan(
     *,
     backend: str = "auto",
     has_decide: bool,
+    lsh_decide: bool = False,
     costs: CostTable | None = None,
 ) -> Plan:
-    """Assign a backend to every head group of ``program`` and build the stage graph."""
+    """Assign a backend to every head group of ``program``, an index builder to every group
+    that reads index tensors, and build the stage graph. ``lsh_decide``: the op's decisions
+    include buckets of the built-in ``lsh`` criterion (a builder may hash them itself)."""
     costs = costs or default_costs()
     assignments, groups = [], []
     for lowered, heads in zip(program.groups, resolve_heads(program, inputs.heads), strict=True):
@@ -239,6 +260,7 @@ def make_plan(
     fused = _fuse_dense_heads(assignments, inputs, backend, costs)
     if fused is not None:
         assignments = [fused]
+    assignments = [_choose_index(a, inputs, backend, costs, has_decide and lsh_decide) for a in assignments]
     program = replace(program, groups=tuple(groups))  # as run: prepare() builds these groups
     prepared = [a.backend for a in assignments if a.backend.needs_prepare]
     if prepared:
@@ -277,17 +299,18 @@ def _fuse_dense_heads(assignments: list[Assignment], inputs, backend: str, costs
 
 
 def _stage_graph(assignments: list[Assignment], has_decide: bool) -> tuple[nx.DiGraph, tuple[str, ...]]:
-    """decide -> layout -> ranges -> gather -> attend -> scatter (-> merge) per group; the
-    stages a backend does not run itself are the IR's torch code, and each of its FUSIONS is
-    contracted into one node (a recorded fusion)."""
+    """decide -> layout -> ranges -> gather -> attend -> scatter (-> merge) per group; each stage
+    is run by the group's backend, its index builder, or the IR's torch code, and each chain in
+    their FUSIONS whose stages they all run is contracted into one node (a recorded fusion)."""
     graph = nx.DiGraph()
     fusions = []
     for i, a in enumerate(assignments):
-        b = a.backend
-        own = lambda s: b.NAME if s in b.STAGES else "torch"  # noqa: E731
-        stages: list[tuple[str, str]] = [("decide", own("decide"))] if has_decide and a.group.heads is None else []
+        b, ib = a.backend, a.builder
+        stages: list[tuple[str, str]] = []
+        if has_decide and a.group.heads is None:
+            stages.append(("decide", ib.NAME if a.fused_hash else "torch"))
         if b.needs_prepare:
-            stages += [(s, own(s)) for s in ("layout", "ranges")]
+            stages += [(s, ib.NAME if s in ib.STAGES else "torch") for s in ("layout", "ranges")]
             # a backend that reads rows through the index tensors gathers and scatters nothing
             stages += [(s, b.NAME) for s in ("gather", "attend", "scatter") if s in b.STAGES]
         else:
@@ -297,12 +320,55 @@ def _stage_graph(assignments: list[Assignment], has_decide: bool) -> tuple[nx.Di
         for s, who in stages:
             graph.add_node(f"{i}:{s}", group=i, backend=who)
         graph.add_edges_from((f"{i}:{x}", f"{i}:{y}") for (x, _), (y, _) in zip(stages, stages[1:], strict=False))
-        names = [s for s, _ in stages]
-        for chain in b.FUSIONS:
-            if all(s in names for s in chain):
-                graph = _contract(graph, i, chain, b.NAME)
-                fusions.append(f"group {i}: {'+'.join(chain)} in one {b.NAME} kernel")
+        merged: set[str] = set()
+        for who in dict.fromkeys((ib, b)):
+            for chain in who.FUSIONS:
+                if all((s, who.NAME) in stages for s in chain) and not merged & set(chain):
+                    graph = _contract(graph, i, chain, who.NAME)
+                    merged |= set(chain)
+                    fusions.append(f"group {i}: {'+'.join(chain)} fused in {who.NAME}")
     return graph, tuple(fusions)
+
+
+def _choose_index(a: Assignment, inputs: AttentionInputs, backend: str, costs: CostTable, lsh_decide: bool) -> Assignment:
+    """Who builds the group's index tensors: the backend itself, or (``auto`` only) another
+    backend implementing ``layout`` and ``ranges`` whose index line is cheaper; one that
+    implements ``decide`` too hashes the op's ``lsh`` decisions in its own launches."""
+    own = a.backend
+    if not own.needs_prepare:
+        return a
+    # the builder hashes every head into the decisions' buffers: a group of all heads only
+    every_head = a.heads == tuple(range(inputs.heads)) and not a.dense_heads
+    hashing = lsh_decide and a.group.has(SameBucket) and every_head
+    fuses = lambda b: hashing and "decide" in b.STAGES and not b.not_supported_reasons(a.group, inputs, "decide")  # noqa: E731
+    rows = shape_of(inputs, len(a.heads), a.group.causal is not None).row_units
+    dev = inputs.device.type
+
+    def price(b: Backend) -> float | None:
+        name = b.NAME if "layout" in b.STAGES else "torch"
+        line = costs.index_line(dev, f"{name}+lsh" if fuses(b) else name)
+        lsh = costs.index_line(dev, "lsh") if hashing and not fuses(b) else None
+        if line is None or (hashing and not fuses(b) and lsh is None):
+            return None
+        return line(rows) + (lsh(rows) if lsh else 0.0)
+
+    chosen, priced = own, []
+    if backend == "auto" and (own_ms := price(own)) is not None:
+        priced.append((own_ms, 0, own))
+        for order, b in enumerate(REGISTRY.values(), start=1):
+            if b is own or "layout" not in b.STAGES or b.not_supported_reasons(a.group, inputs, "layout"):
+                continue
+            if (ms := price(b)) is not None:
+                priced.append((ms, order, b))
+        priced.sort(key=lambda p: p[:2])
+        chosen = priced[0][2]
+    split = a.split
+    if chosen is not own:
+        split = (split[0], max(0.0, split[1] - priced[[p[2] for p in priced].index(own)][0] + priced[0][0]))
+    return replace(
+        a, index=None if chosen is own else chosen, fused_hash=fuses(chosen), split=split,
+        index_costs=tuple(((b.NAME if "layout" in b.STAGES else "torch") + ("+lsh" if fuses(b) else ""), ms) for ms, _, b in priced),
+    )  # fmt: skip
 
 
 def _contract(graph: nx.DiGraph, group: int, stages: tuple[str, ...], backend: str) -> nx.DiGraph:

@@ -32,8 +32,7 @@ INSTANCES = {
         [f"sfa_compress_keys<{t}>" for t in DTYPES]
         + [f"{k}<{t}, {d}>" for k in ("sfa_fwd", "sfa_bwd_dq", "sfa_bwd_dkdv") for t in DTYPES for d in HEAD_DIMS]
     ),
-    "index.cu": ("lsh_buckets<F32>", "lsh_buckets<F16>", "lsh_buckets<BF16>", "bucket_histogram", "bucket_scatter",
-                 "block_ranges"),
+    "index.cu": ("index_count<F32>", "index_count<F16>", "index_count<BF16>", "index_scatter"),
 }
 SHARED_ARRAYS = 1 << 17  # elements of each extern shared array (512 KiB of floats: past any block's size + canary)
 

@@ -110,7 +110,7 @@ def test_a_missing_cupy_is_a_reason(monkeypatch):
 
 
 @pytest.mark.skipif(cc.shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize(("name", "instance"), [("index.cu", "bucket_scatter"), ("index.cu", "lsh_buckets<F16>"),
+@pytest.mark.parametrize(("name", "instance"), [("index.cu", "index_scatter"), ("index.cu", "index_count<F16>"),
                                                 ("sfa.cu", "sfa_bwd_dkdv<F32, 64>")])  # fmt: skip
 def test_the_nvcc_fallback_finds_each_instance_entry(tmp_path, name, instance):
     """Without NVRTC the backend builds one instance per cubin and loads it by its mangled name."""

@@ -102,22 +102,40 @@ def test_emulated_index_build_spans_several_chunks(emulated_index):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("buckets", [2, 5, 16])
-def test_emulated_lsh_equals_the_criterion(buckets, dtype):
+@pytest.mark.parametrize(("buckets", "D"), [(2, 32), (5, 8), (16, 32), (19, 40)])
+def test_emulated_lsh_equals_the_criterion(emulated_index, buckets, D, dtype):
+    """The first launch's hashing (a warp per token) against the criterion: head dims below,
+    at and past one warp's width, odd bucket counts (the -xR half one column shorter)."""
     g = torch.Generator().manual_seed(buckets)
-    q, k = (torch.randn(2, 3, 130, 32, generator=g).to(dtype) for _ in range(2))
+    q, k = (torch.randn(2, 3, 130, D, generator=g).to(dtype) for _ in range(2))
     k = k[:, :1]  # GQA: one kv head for three query heads
-    k3 = k.expand(2, 3, 130, 32)
+    k3 = k.expand(2, 3, 130, D)
     want_q, want_k = get_criterion("lsh")(q, k3, buckets=buckets, generator=torch.Generator().manual_seed(1))
-    rot = cindex.lsh_rotations(3, 32, buckets, dtype, "cpu", generator=torch.Generator().manual_seed(1))
-    qb = torch.empty((2, 3, 130), dtype=torch.int32)
-    kb = torch.empty_like(qb)
-    head_map = torch.tensor([0, 1, 2], dtype=torch.int32)
-    half = -(-buckets // 2)
-    kc = k.contiguous()
-    tag = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}[dtype]
-    emulate.launch("index.cu", f"lsh_buckets<{tag}>", (-(-130 // cindex.NT), 6, 2), cindex.NT, 32 * half * 4, q, kc, rot, head_map, qb, kb,
-                   *cindex._i64(q.stride()[:3]), *cindex._i64(kc.stride()[:3]), 130, 3, 3, 32, half, buckets - half)  # fmt: skip
-    agree = float(((qb == want_q).float().mean() + (kb == want_k).float().mean()) / 2)
+    rot = cindex.lsh_rotations(3, D, buckets, dtype, "cpu", generator=torch.Generator().manual_seed(1))
+    got_q, got_k = cindex.lsh_buckets(q, k, rot, (0, 1, 2), buckets)
+    agree = float(((got_q == want_q).float().mean() + (got_k == want_k).float().mean()) / 2)
     # the projection is summed in another order than torch's matmul: a near-tie may flip
     assert agree >= (0.999 if dtype == torch.float32 else 0.98), f"only {agree:.4f} of the buckets agree"
+
+
+@settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), causal=st.booleans(), T=st.integers(1, 300))
+def test_emulated_hashing_build_equals_prepare_over_its_buckets(emulated_index, data, causal, T):
+    """LSH in the first launch, then the sort and ranges: equal to prepare_group given the
+    buckets the kernel wrote, with and without dropped tokens, GQA keys."""
+    spec = data.draw(st.sampled_from([ts.Hash(buckets=6), ts.Hybrid(parts=[ts.Hash(buckets=4), ts.QKDrop(keep=0.6)])]))
+    B, H, D = 1, 2, 16
+    g = torch.Generator().manual_seed(T)
+    q = torch.randn(B, H, T, D, generator=g)
+    k = torch.randn(B, 1, T, D, generator=g)
+    dec = ts.compile(spec).decide(q, k.expand(B, H, T, D), generator=g)
+    keep = {"q_keep": dec.q_keep, "k_keep": dec.k_keep} if dec.q_keep is not None else {}
+    program = ir.lower(spec, causal=causal, block_q=32, block_k=16)
+    group = program.groups[0]
+    rot = cindex.lsh_rotations(H, D, group.buckets, q.dtype, "cpu", generator=g)
+    kw = dict(batch=B, seqlen=T, device="cpu")
+    got = cindex.build_group(program, group, (0, 1), ts.Decisions(**keep), n_heads=H, q=q, k=k, rotations=rot, **kw)
+    qb, kb = cindex.lsh_buckets(q, k, rot, (0, 1), group.buckets)
+    want = ir.prepare_group(program, group, (0, 1), ts.Decisions(q_bucket=qb.long(), k_bucket=kb.long(), **keep), heads=H, **kw)
+    for f in FIELDS:
+        assert torch.equal(getattr(got, f), getattr(want, f)), f"{f} differs: {spec} causal={causal} T={T}"

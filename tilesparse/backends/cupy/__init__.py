@@ -5,8 +5,11 @@
   feature-major CSC with 16-bit ids, scores from the support overlaps inside a tile, the
   online softmax over the IR's tile ranges, forward and backward (dq~ and dk~ only on kept
   entries, dV dense); causal and every token-sparse layout of the IR.
-- ``kernels/index.cu``: the fused index-building stage (LSH buckets, a per-head counting
-  sort by bucket, the block ranges), equal to ``tilesparse.ir.prepare_group``.
+- ``kernels/index.cu``: the index-building stage of any head group in two launches (LSH
+  buckets optionally, a per-head counting sort by bucket, the block ranges), equal to
+  ``tilesparse.ir.prepare_group``; the planner may pick it to build another backend's index,
+  and its first launch alone is the ``lsh`` criterion's kernel on CUDA (``hash_into``,
+  registered with the criterion by ``tilesparse.api``).
 
 It runs on CUDA only. Without cupy or a GPU the backend reports why (never an import error).
 CI compiles every ``.cu`` for sm_90 (tests/backends/cupy/test_compile.py), runs the kernels on
@@ -17,16 +20,17 @@ the CPU in a CUDA emulator against the reference and ``prepare_group``
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 from torch import Tensor
 
-from ...ir import AttentionInputs, FeatureDotScore, HeadGroup, PreparedGroup, Program
+from ...ir import AttentionInputs, FeatureDotScore, HeadGroup, PreparedGroup, Program, SameBucket
 from ..base import Backend, register
 from .compile import SHARED_LIMIT
 from .layout import BM, BN, compressed_key_bytes, shared_bytes
 
-__all__ = ["CupyBackend", "compressed_key_bytes"]
+__all__ = ["CupyBackend", "compressed_key_bytes", "hash_into", "hash_reasons"]
 
 _HAVE_CUPY = importlib.util.find_spec("cupy") is not None
 
@@ -41,22 +45,18 @@ class CupyBackend(Backend):
 
     NAME = "cupy"
     SUPPORTED_DEVICES = ("cuda",)
-    # gather, attend and scatter are one kernel; layout and ranges stay torch's (the planner's
-    # stage graph) unless FUSES_INDEX_BUILDING
-    STAGES = ("gather", "attend", "scatter")
-    FUSIONS = (("gather", "attend", "scatter"),)
-    # the layout and ranges stages through kernels/index.cu instead of torch; off until the
-    # GPU tests (tests/gpu/test_cupy_gpu.py) have shown them bit-identical on the device
-    FUSES_INDEX_BUILDING = False
+    # kernels/index.cu builds layout and ranges in two launches for any head group (the
+    # planner may pick it for another backend's groups), hashing the lsh criterion's buckets
+    # in its first launch when the op decides ("decide": LSH only); gather, attend and
+    # scatter are one kernel (TopKFeatures groups only)
+    STAGES = ("decide", "layout", "ranges", "gather", "attend", "scatter")
+    FUSIONS = (("decide", "layout", "ranges"), ("layout", "ranges"), ("gather", "attend", "scatter"))
 
     def _reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
         reasons = []
         if not isinstance(group.score, FeatureDotScore):
             reasons.append("score is the dense dot: the feature-intersection kernel runs TopKFeatures groups only")
-        if not _HAVE_CUPY:
-            reasons.append("cupy is not installed (pip install 'tilesparse[cupy]', i.e. cupy-cuda13x)")
-        elif inputs.device.type == "cuda" and not _cupy_sees_gpu():
-            reasons.append("cupy finds no CUDA device (cupy.is_available() is False)")
+        reasons += cupy_reasons(inputs.device.type)
         if isinstance(group.score, FeatureDotScore):
             need = max(shared_bytes(kern, inputs.head_dim, group.score.k) for kern in ("fwd", "dq", "dkdv"))
             if need > SHARED_LIMIT:
@@ -66,19 +66,31 @@ class CupyBackend(Backend):
                 )
         return reasons
 
+    def _stage_reasons(self, stage: str, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
+        from .index import MAX_BUCKETS, hash_reasons
+
+        if stage == "decide":
+            return hash_reasons(inputs.device.type, inputs.head_dim, group.buckets, inputs.batch * inputs.heads * inputs.seqlen)
+        reasons = cupy_reasons(inputs.device.type)
+        if group.buckets > MAX_BUCKETS:
+            reasons.append(f"the index build handles at most {MAX_BUCKETS} buckets, got {group.buckets}")
+        return reasons
+
     def blocks(self, inputs: AttentionInputs) -> tuple[int, int]:
         return BM, BN
 
     def prepare(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs) -> PreparedGroup:
-        """The fused index build (kernels/index.cu) when FUSES_INDEX_BUILDING, else torch's."""
-        if not self.FUSES_INDEX_BUILDING:
-            return super().prepare(program, group, heads, decisions, inputs)
+        """Layout and ranges in two launches (kernels/index.cu)."""
         from .index import build_group
 
-        return build_group(
-            program, group, heads, decisions,
-            batch=inputs.batch, n_heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,
-        )  # fmt: skip
+        return build_group(program, group, heads, decisions, **_sizes(inputs))
+
+    def prepare_hashing(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs, lsh) -> PreparedGroup:
+        """The same two launches, the first hashing every head into ``lsh``'s buffers."""
+        from .index import build_group
+
+        return build_group(program, group, heads, decisions, q=lsh.q, k=lsh.k, rotations=lsh.rotations,
+                           bucket_out=(lsh.q_bucket, lsh.k_bucket), **_sizes(inputs))  # fmt: skip
 
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
         from .op import feature_attention
@@ -101,6 +113,16 @@ class CupyBackend(Backend):
         return {"path2_cupy": p2, "path1_dense_tiles": p1}
 
 
+def cupy_reasons(device_type: str) -> list[str]:
+    """Why no CuPy kernel can run on ``device_type`` (empty when one can)."""
+    if not _HAVE_CUPY:
+        return ["cupy is not installed (pip install 'tilesparse[cupy]', i.e. cupy-cuda13x)"]
+    if device_type == "cuda" and not _cupy_sees_gpu():
+        return ["cupy finds no CUDA device (cupy.is_available() is False)"]
+    return []
+
+
+@functools.lru_cache(maxsize=1)
 def _cupy_sees_gpu() -> bool:
     try:
         import cupy
@@ -108,6 +130,24 @@ def _cupy_sees_gpu() -> bool:
         return bool(cupy.is_available())
     except Exception:  # noqa: BLE001 - a broken CUDA install is "no GPU" here
         return False
+
+
+def _sizes(inputs: AttentionInputs) -> dict:
+    return dict(batch=inputs.batch, n_heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device)
+
+
+def hash_reasons(device_type: str, head_dim: int, buckets: int, tokens: int) -> list[str]:
+    """Why ``index.cu`` should not hash (the ``lsh`` criterion's kernel; empty when it should)."""
+    from .index import hash_reasons
+
+    return hash_reasons(device_type, head_dim, buckets, tokens)
+
+
+def hash_into(*args) -> None:
+    """``index.hash_into``: the ``lsh`` criterion's buckets by the first launch alone."""
+    from .index import hash_into
+
+    hash_into(*args)
 
 
 register(CupyBackend())

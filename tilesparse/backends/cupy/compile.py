@@ -47,7 +47,7 @@ check_instances: dict[str, tuple[str, ...]] = {
         [f"sfa_compress_keys<{t}>" for t in DTYPE_TAGS]
         + [f"{k}<{t}, {d}>" for k in ("sfa_fwd", "sfa_bwd_dq", "sfa_bwd_dkdv") for t in DTYPE_TAGS for d in (64, 128, 256)]
     ),
-    "index.cu": ("lsh_buckets<F32>", "lsh_buckets<F16>", "lsh_buckets<BF16>", "bucket_histogram", "bucket_scatter", "block_ranges"),
+    "index.cu": ("index_count<F32>", "index_count<F16>", "index_count<BF16>", "index_scatter"),
 }
 
 

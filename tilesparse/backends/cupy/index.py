@@ -1,7 +1,9 @@
 """The fused index-building stage (``kernels/index.cu``): LSH buckets (optional), a stable
 per-head counting sort by bucket, and the block ranges: the tensors of
-:func:`tilesparse.ir.prepare_group`, equal tensor for tensor, in four launches (three when the
-buckets are given) and O(T) work per head, where the torch path sorts.
+:func:`tilesparse.ir.prepare_group`, equal tensor for tensor, in two launches and O(T) work per
+head, where the torch path sorts. The first launch counts each chunk's bins (hashing the
+chunk's tokens first when it is given rotations), the second sorts and writes every block's
+ranges from the two sides' histograms, with no wait for the other side's sort.
 
 ``build_group`` takes the same arguments as the Triton backend's, plus optional ``q``, ``k``
 and ``rotations`` to hash in the kernel instead of reading ``dec``'s buckets;
@@ -22,25 +24,24 @@ from ...ir import HeadGroup, Keep, PreparedGroup, Program, SameBucket
 from ...ir.prepare import _head_map, _select, assemble_group
 from .compile import SHARED_LIMIT, module
 from .layout import P_CAUSAL, P_NOT_SELF, P_STRICT, predicate_bits
-from .op import _DTYPE_TAG, _arg
+from .op import _DTYPE_TAG, launch
 
-__all__ = ["CHUNK", "build_group", "lsh_buckets", "lsh_rotations"]
+__all__ = ["CHUNK", "build_group", "hash_into", "hash_reasons", "lsh_buckets", "lsh_rotations"]
 
 NT = 256
 CHUNK = 1024  # tokens per program of the histogram and scatter kernels (index.cu)
+COLS = 8  # threads per token in the LSH (index.cu)
+TT = NT // COLS  # tokens per tile of the LSH
 MAX_BUCKETS = 4096  # the histograms live in shared memory
-_INSTANCES = ("lsh_buckets<F32>", "lsh_buckets<F16>", "lsh_buckets<BF16>", "bucket_histogram", "bucket_scatter", "block_ranges")
+# the projection work (B x H x T x D x ceil(buckets / 2)) up to which the kernel's LSH beats
+# torch's matmul + argmax on the H200 (bench_index_h200.json: it wins at 0.13e9, both sides of
+# B=1, H=8, T=16k, D=128, Hash 16, and loses at 0.54e9, T=64k)
+LSH_MAX_WORK = 2**28
+_INSTANCES = ("index_count<F32>", "index_count<F16>", "index_count<BF16>", "index_scatter")
 
 
 def _launch(name: str, grid: tuple[int, int, int], block: int, smem: int, *args) -> None:
-    import cupy
-
-    fn = module("index.cu", _INSTANCES).get_function(name)
-    if smem > 48 * 1024:
-        fn.max_dynamic_shared_size_bytes = smem
-    device = torch.cuda.current_device()
-    with cupy.cuda.Device(device), cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream):
-        fn(grid, (block,), tuple(_arg(a) for a in args), shared_mem=smem)
+    launch("index.cu", _INSTANCES, name, grid, block, smem, args)
 
 
 def lsh_rotations(heads: int, head_dim: int, buckets: int, dtype: torch.dtype, device, generator=None) -> Tensor:
@@ -52,25 +53,85 @@ def lsh_rotations(heads: int, head_dim: int, buckets: int, dtype: torch.dtype, d
 
 
 def lsh_buckets(q: Tensor, k: Tensor, rotations: Tensor, heads: tuple[int, ...], buckets: int) -> tuple[Tensor, Tensor]:
-    """(B, Hg, T) int32 buckets of q and k (k's kv head per query head) for query ``heads``."""
-    B, H, T, D = q.shape
-    Hg = len(heads)
-    group = H // k.shape[1]
-    qb = torch.empty((B, Hg, T), dtype=torch.int32, device=q.device)
+    """(B, Hg, T) int32 buckets of q and k (k's kv head per query head) for query ``heads``:
+    the first launch of :func:`build_group` alone (its histograms are dropped)."""
+    B, _, T, _ = q.shape
+    qb = torch.empty((B, len(heads), T), dtype=torch.int32, device=q.device)
     kb = torch.empty_like(qb)
-    if buckets == 1:
-        return qb.zero_(), kb.zero_()
-    half = math.ceil(buckets / 2)
-    if D * half * 4 > SHARED_LIMIT:
-        raise ValueError(f"the rotation of {buckets} buckets at D={D} ({D * half * 4} bytes) does not fit in shared memory")
-    q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
-    head_map = _head_map(tuple(heads), q.device)
-    name = f"lsh_buckets<{_DTYPE_TAG[q.dtype]}>"
-    _launch(
-        name, (-(-T // NT), B * Hg, 2), NT, D * half * 4, q, k, rotations.contiguous(), head_map, qb, kb,
-        *_i64(q.stride()[:3]), *_i64(k.stride()[:3]), T, Hg, group, D, half, buckets - half,
-    )  # fmt: skip
+    _count(q, k, rotations, heads, qb, kb, None, None, buckets, True, B, T)
     return qb, kb
+
+
+def hash_into(q: Tensor, k: Tensor, rotations: Tensor, buckets: int, q_bucket: Tensor, k_bucket: Tensor) -> None:
+    """The ``lsh`` criterion's CUDA path: every head of q (B, H, T, D) and k, into the (B, H, T)
+    int32 buffers."""
+    B, H, T, _ = q.shape
+    _count(q, k, rotations, tuple(range(H)), q_bucket, k_bucket, None, None, buckets, True, B, T)
+
+
+def hash_reasons(device_type: str, D: int, buckets: int, tokens: int) -> list[str]:
+    """Why the kernel should not hash ``tokens`` (B x H x T) vectors of ``D`` features into
+    ``buckets`` on ``device_type`` (empty when it should)."""
+    from . import cupy_reasons
+
+    reasons = cupy_reasons(device_type)
+    work = tokens * D * math.ceil(buckets / 2)
+    if work > LSH_MAX_WORK:
+        reasons.append(
+            f"{work:.3g} multiply-adds of projection > {LSH_MAX_WORK:.3g}: past that, torch's matmul (tensor "
+            "cores) hashes faster than this kernel (benchmarks/results/bench_index_h200.json)"
+        )
+    if _count_smem(buckets, D, hashing=True) > SHARED_LIMIT:
+        reasons.append(f"the rotation of {buckets} buckets at D={D} does not fit in shared memory")
+    if buckets > MAX_BUCKETS:
+        reasons.append(f"the fused index build handles at most {MAX_BUCKETS} buckets, got {buckets}")
+    return reasons
+
+
+def _count_smem(n_buckets: int, D: int, *, hashing: bool) -> int:
+    """Dynamic shared memory of ``index_count``: the bins, then the rotation's padded columns
+    and a tile of tokens."""
+    smem = 4 * (-(-(n_buckets + 1) // 4) * 4)
+    return smem + (4 * (D * (-(-math.ceil(n_buckets / 2) // COLS) * COLS) + TT * (D + 1)) if hashing else 0)
+
+
+def _count(q, k, rotations, heads, qb, kb, qk, kk, n_buckets: int, has_bucket: bool, B: int, T: int) -> Tensor:
+    """The first launch: every chunk's histogram of bins (2, B * Hg, chunks, buckets + 1),
+    hashing into ``qb``, ``kb`` first when ``rotations`` is given."""
+    Hg = len(heads)
+    device = qb.device
+    n_chunks, n_bins = -(-T // CHUNK), n_buckets + 1
+    counts = torch.empty((2, B * Hg, n_chunks, n_bins), dtype=torch.int32, device=device)
+    none8 = torch.empty(1, dtype=torch.uint8, device=device)
+    hash_ = rotations is not None and n_buckets > 1
+    smem = _count_smem(n_buckets, q.shape[-1] if hash_ else 0, hashing=hash_)
+    if hash_:
+        D = q.shape[-1]
+        half = math.ceil(n_buckets / 2)
+        if smem > SHARED_LIMIT:
+            raise ValueError(f"the rotation of {n_buckets} buckets at D={D} ({smem} bytes) does not fit in shared memory")
+        q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
+        group, tag = q.shape[1] // k.shape[1], _DTYPE_TAG[q.dtype]
+        xs = (q, k, rotations.contiguous(), _head_map(tuple(heads), device))
+        strides = (*_i64(q.stride()[:3]), *_i64(k.stride()[:3]))
+        dims = (Hg, group, D, half, n_buckets - half)
+    else:
+        if rotations is not None:  # one bucket: every token in bucket 0
+            qb.zero_(), kb.zero_()
+        none = torch.empty(1, dtype=torch.float32, device=device)
+        tag, xs, strides, dims = "F32", (none, none, none, none), _i64((0,) * 6), (Hg, 1, 0, 0, 0)
+    has_keep = qk is not None
+    _launch(
+        f"index_count<{tag}>", (n_chunks, B * Hg, 2), NT, smem, *xs[:3], xs[3], qb, kb,
+        qk if has_keep else none8, kk if has_keep else none8, counts, *strides, T, *dims,
+        n_chunks, n_buckets, hash_, has_bucket, has_keep,
+    )  # fmt: skip
+    return counts
+
+
+def _bytes(t: Tensor) -> Tensor:
+    t = t.contiguous()
+    return t.view(torch.uint8) if t.dtype == torch.bool else t.to(torch.uint8)
 
 
 def _i64(xs) -> tuple:
@@ -90,55 +151,53 @@ def build_group(
     q: Tensor | None = None,
     k: Tensor | None = None,
     rotations: Tensor | None = None,
+    bucket_out: tuple[Tensor, Tensor] | None = None,
 ) -> PreparedGroup:
-    """:func:`tilesparse.ir.prepare_group` computed by the kernels; with ``rotations`` (and q,
-    k) the buckets are hashed here instead of read from ``dec``."""
+    """:func:`tilesparse.ir.prepare_group` computed by the two kernels; with ``rotations`` (and
+    q, k) the buckets are hashed in the first launch instead of read from ``dec``, into
+    ``bucket_out`` ((B, Hg, T) int32 each) when given."""
     B, T, Hg = batch, seqlen, len(heads)
     has_bucket = group.has(SameBucket)
-    has_keep = group.has(Keep)
     n_buckets = group.buckets if has_bucket else 1
     if n_buckets > MAX_BUCKETS:
         raise ValueError(f"the fused index build handles at most {MAX_BUCKETS} buckets, got {n_buckets}")
-    big = (n_buckets + 1) * T
-    if big + T >= 2**31:
-        raise ValueError(f"(buckets + 1) * T + T = {big + T} overflows int32 sort keys")
     sel = lambda t: None if t is None else _select(t, heads, n_heads)  # noqa: E731
     i32 = dict(dtype=torch.int32, device=device)
-    if has_bucket and rotations is not None:
-        qb, kb = lsh_buckets(q, k, rotations, heads, n_buckets)
+    hashing = has_bucket and rotations is not None
+    if hashing:
+        if q is None or k is None:
+            raise ValueError("build_group: rotations need q and k to hash")
+        qb, kb = bucket_out if bucket_out is not None else (torch.empty((B, Hg, T), **i32) for _ in range(2))
+        for name, t in zip(("q", "k"), (qb, kb), strict=True):
+            if t.shape != (B, Hg, T) or t.dtype != torch.int32 or not t.is_contiguous():
+                raise ValueError(f"bucket_out's {name} side must be a contiguous (B, Hg, T) = {(B, Hg, T)} int32 tensor")
     elif has_bucket:
         qb, kb = (sel(t).to(torch.int32).contiguous() for t in (dec.q_bucket, dec.k_bucket))
     else:
         qb = kb = torch.empty(1, **i32)
-    if has_keep:
-        qk, kk = (sel(t).to(torch.uint8).contiguous() for t in (dec.q_keep, dec.k_keep))
-    else:
-        qk = kk = torch.empty(1, dtype=torch.uint8, device=device)
-    n_chunks = -(-T // CHUNK)
-    n_bins = n_buckets + 1
-    counts = torch.empty((2, B * Hg, n_chunks, n_bins), **i32)
-    _launch("bucket_histogram", (n_chunks, B * Hg, 2), NT, n_bins * 4, qb, kb, qk, kk, counts,
-            T, n_chunks, n_buckets, has_bucket, has_keep)  # fmt: skip
-    order, pos, bkt, skey = (torch.empty((2, B, Hg, T), **i32) for _ in range(4))
-    _launch("bucket_scatter", (n_chunks, B * Hg, 2), NT, 2 * n_bins * 4, qb, kb, qk, kk, counts,
-            order, pos, bkt, skey, T, n_chunks, n_buckets, has_bucket, has_keep, big)  # fmt: skip
-    flags = predicate_bits(group)
+    qk = kk = None
+    if group.has(Keep):  # bool is one byte: read as uint8 without a copy
+        qk, kk = (_bytes(sel(t)) for t in (dec.q_keep, dec.k_keep))
+    counts = _count(q, k, rotations if hashing else None, heads, qb, kb, qk, kk, n_buckets, has_bucket, B, T)
     sizes = []
     for block in (program.block_q, program.block_k):
-        if block > NT:
-            raise ValueError(f"block {block} > {NT} rows: block_ranges runs one thread per row")
-        nb = -(-T // block)
-        S = max(1, min(block, group.buckets))
-        sizes.append((nb, S))
+        sizes.append((-(-T // block), max(1, min(block, group.buckets))))
     (nqb, qs), (nkb, ks) = sizes
+    layout = torch.empty((3, 2, B, Hg, T), **i32)  # order, pos, bucket per side
     q_ranges = torch.empty((B, Hg, nqb, qs, 4), **i32)
     k_ranges = torch.empty((B, Hg, nkb, ks, 4), **i32)
-    q_nseg = torch.empty((B, Hg, nqb), **i32)
-    k_nseg = torch.empty((B, Hg, nkb), **i32)
+    nseg = torch.empty(B * Hg * (nqb + nkb), **i32)
+    q_nseg, k_nseg = nseg[: B * Hg * nqb].view(B, Hg, nqb), nseg[B * Hg * nqb :].view(B, Hg, nkb)
+    none8 = torch.empty(1, dtype=torch.uint8, device=device)
+    flags = predicate_bits(group)
+    n_chunks = counts.shape[2]
     _launch(
-        "block_ranges", (max(nqb, nkb), B * Hg, 2), NT, 0, skey, q_ranges, q_nseg, k_ranges, k_nseg,
-        T, program.block_q, program.block_k, qs, ks, big,
+        "index_scatter", (n_chunks, B * Hg, 2), NT, 4 * (4 * (n_buckets + 1) + 3), qb, kb,
+        qk if qk is not None else none8, kk if kk is not None else none8, counts, layout[0], layout[1], layout[2],
+        q_ranges, q_nseg, k_ranges, k_nseg, T, n_chunks, n_buckets, has_bucket, qk is not None,
+        program.block_q, program.block_k, qs, ks,
         bool(flags & P_CAUSAL), bool(flags & P_STRICT), bool(flags & P_NOT_SELF),
     )  # fmt: skip
-    out = [(order[s], pos[s], bkt[s], ranges, nseg) for s, ranges, nseg in ((0, q_ranges, q_nseg), (1, k_ranges, k_nseg))]
+    order, pos, bkt = layout
+    out = [(order[s], pos[s], bkt[s], ranges, n) for s, ranges, n in ((0, q_ranges, q_nseg), (1, k_ranges, k_nseg))]
     return assemble_group(program, group, heads, dec, n_heads, T, device, out[0], out[1])

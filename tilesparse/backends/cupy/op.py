@@ -41,6 +41,29 @@ def _arg(x):
     raise TypeError(f"cannot pass {type(x).__name__} to a kernel")
 
 
+_STREAMS: dict[tuple[int, int], object] = {}  # (device, torch stream) -> cupy's handle on it
+_SMEM_SET: dict[int, int] = {}  # id(kernel) -> dynamic shared memory opted in to
+
+
+def launch(source: str, instances: tuple[str, ...], name: str, grid: tuple, block: int, smem: int, args: tuple) -> None:
+    """Launch ``name`` of ``kernels/<source>`` on torch's current stream (the stream handle and
+    the shared-memory opt-in are set once, not per call: a launch is host time)."""
+    import cupy
+
+    fn = module(source, instances).get_function(name)
+    if smem > 48 * 1024 and _SMEM_SET.get(id(fn), 0) < smem:
+        fn.max_dynamic_shared_size_bytes = smem
+        _SMEM_SET[id(fn)] = smem
+    device = torch.cuda.current_device()
+    ptr = torch.cuda.current_stream(device).cuda_stream
+    stream = _STREAMS.get((device, ptr))
+    if stream is None:
+        with cupy.cuda.Device(device):
+            stream = _STREAMS[(device, ptr)] = cupy.cuda.ExternalStream(ptr)
+    with cupy.cuda.Device(device), stream:
+        fn(grid, (block,), tuple(_arg(a) for a in args), shared_mem=smem)
+
+
 class CudaKernels:
     """``kernels/sfa.cu`` for one (dtype, head dim), launched on torch's current stream."""
 
@@ -55,15 +78,8 @@ class CudaKernels:
         }
 
     def _launch(self, kernel: str, grid: tuple[int, int], k: int, *args) -> None:
-        import cupy
-
-        fn = module("sfa.cu", tuple(self.names.values())).get_function(self.names[kernel])
-        smem = shared_bytes(kernel, self.head_dim, k)
-        if smem > 48 * 1024:
-            fn.max_dynamic_shared_size_bytes = smem
-        device = torch.cuda.current_device()
-        with cupy.cuda.Device(device), cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream):
-            fn(grid, (NT,), tuple(_arg(a) for a in args), shared_mem=smem)
+        launch("sfa.cu", tuple(self.names.values()), self.names[kernel], grid, NT,
+               shared_bytes(kernel, self.head_dim, k), args)  # fmt: skip
 
     def compress(self, g: PreparedGroup, k_ids: Tensor, k_vals: Tensor) -> CompressedKeys:
         B, Hg, T, K = k_ids.shape

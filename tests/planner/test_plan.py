@@ -337,3 +337,31 @@ def test_deferred_hashing_runs_in_the_builder_and_the_call_stays_exact(index_bui
     assert not attn.plan(q, k, v, decisions=dec).assignments[0].fused_hash
     attn(q, k, v, decisions=dec)
     assert _IndexBuilder.hashed == 1
+
+
+def test_the_default_prepare_hashing_hashes_first_then_prepares():
+    """A backend that does not hash in its own launches fills the deferred buckets with the
+    criterion's kernel (here its torch ops) before it reads them."""
+    from tilesparse.ir import prepare_group
+    from tilesparse.patterns import criteria
+
+    spec = ts.Hash(buckets=4)
+    q, k = torch.randn(2, 1, 2, 70, 8, generator=torch.Generator().manual_seed(1)).unbind(0)
+    rot = torch.randn(2, 8, 2, generator=torch.Generator().manual_seed(2))
+    qb, kb = (torch.full((1, 2, 70), -7, dtype=torch.int32) for _ in range(2))
+
+    class Lsh:
+        runs = 0
+
+        def run(self):
+            a, b = criteria.lsh_matmul(q, k, rot, 4)
+            qb.copy_(a), kb.copy_(b)
+            self.runs += 1
+
+    lsh = Lsh()
+    program = lower(spec, causal=True)
+    group, dec = program.groups[0], ts.Decisions(q_bucket=qb, k_bucket=kb)
+    got = REGISTRY["executor"].prepare_hashing(program, group, (0, 1), dec, check_inputs(q, k, k), lsh)
+    assert lsh.runs == 1 and int(qb.min()) >= 0
+    want = prepare_group(program, group, (0, 1), dec, batch=1, heads=2, seqlen=70, device="cpu")
+    assert torch.equal(got.q_order, want.q_order) and torch.equal(got.k_ranges, want.k_ranges)

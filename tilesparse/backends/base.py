@@ -94,12 +94,16 @@ class Backend(ABC):
             batch=inputs.batch, heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,
         )  # fmt: skip
 
-    def prepare_hashing(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs, lsh) -> PreparedGroup:
+    def prepare_hashing(
+        self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs, lsh
+    ) -> PreparedGroup:
         """:meth:`prepare` that first fills the buckets of ``lsh``, a deferred call of the
         ``lsh`` criterion (``q``, ``k``, ``rotations``, ``buckets`` and the (B, H, T) int32
-        buffers ``q_bucket``, ``k_bucket`` that ``decisions`` holds), in its own launches:
-        for backends whose STAGES include ``decide``."""
-        raise NotImplementedError(f"backend {self.NAME!r} does not hash the lsh decisions itself")
+        buffers ``q_bucket``, ``k_bucket`` that ``decisions`` holds). This default hashes with
+        the criterion's own kernel, then prepares; a backend whose STAGES include ``decide``
+        overrides it to hash in its own launches."""
+        lsh.run()
+        return self.prepare(program, group, heads, decisions, inputs)
 
     @property
     def needs_prepare(self) -> bool:

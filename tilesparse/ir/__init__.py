@@ -13,7 +13,16 @@ from .inspect import (
     to_string,
 )
 from .lower import lower
-from .prepare import KEY_SENTINEL, QUERY_SENTINEL, Prepared, PreparedGroup, prepare, prepare_group, resolve_heads
+from .prepare import (
+    KEY_SENTINEL,
+    QUERY_SENTINEL,
+    Prepared,
+    PreparedGroup,
+    max_segments,
+    prepare,
+    prepare_group,
+    resolve_heads,
+)
 from .program import (
     Causal,
     DotScore,
@@ -53,6 +62,7 @@ __all__ = [
     "ideal_tiles",
     "layout_mask_rows",
     "lower",
+    "max_segments",
     "prepare",
     "prepare_group",
     "resolve_heads",

@@ -30,7 +30,16 @@ from torch import Tensor
 from ..patterns import Decisions
 from .program import FeatureDotScore, HeadGroup, Keep, Layout, NotSelf, Program, SameBucket
 
-__all__ = ["KEY_SENTINEL", "QUERY_SENTINEL", "Prepared", "PreparedGroup", "prepare", "prepare_group", "resolve_heads"]
+__all__ = [
+    "KEY_SENTINEL",
+    "QUERY_SENTINEL",
+    "Prepared",
+    "PreparedGroup",
+    "max_segments",
+    "prepare",
+    "prepare_group",
+    "resolve_heads",
+]
 
 QUERY_SENTINEL = -1  # q_pos of a dropped query: before every key
 KEY_SENTINEL = 1 << 30  # k_pos of a dropped key: after every query
@@ -250,6 +259,12 @@ def _layout(layout: Layout, keep, bucket, shape, buckets: int, device, *, query:
     return skey, order.contiguous(), row_pos.to(torch.int32).contiguous(), row_bucket.contiguous()
 
 
+def max_segments(block: int, buckets: int) -> int:
+    """Segment slots per block of ``block`` rows (the ranges' third dim): a block holds at most
+    one segment per bucket and per row, and always has one slot."""
+    return max(1, min(block, buckets))
+
+
 def _ranges(rows_key, other_key, block, T, buckets, *, causal, strict, not_self, query_side):
     """Segments of each block of this side's rows and, per segment, the other side's rows
     ``(lo, full_lo, full_hi, hi)`` that can hold kept elements (see the module docstring)."""
@@ -265,7 +280,7 @@ def _ranges(rows_key, other_key, block, T, buckets, *, causal, strict, not_self,
     prev = torch.nn.functional.pad(bucket[..., :-1], (1, 0), value=-1)
     starts = valid & (bucket != prev)
     nseg = starts.sum(-1, dtype=torch.int32)
-    S = max(1, min(block, buckets))
+    S = max_segments(block, buckets)
     seg = torch.where(valid, starts.cumsum(-1) - 1, S)  # invalid rows go to a spill slot
     slot = (torch.arange(B * Hg * nb, device=device).view(B, Hg, nb, 1) * (S + 1) + seg).flatten()
     n_slots = B * Hg * nb * (S + 1)

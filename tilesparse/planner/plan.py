@@ -330,7 +330,9 @@ def _stage_graph(assignments: list[Assignment], has_decide: bool) -> tuple[nx.Di
     return graph, tuple(fusions)
 
 
-def _choose_index(a: Assignment, inputs: AttentionInputs, backend: str, costs: CostTable, lsh_decide: bool) -> Assignment:
+def _choose_index(
+    a: Assignment, inputs: AttentionInputs, backend: str, costs: CostTable, lsh_decide: bool
+) -> Assignment:
     """Who builds the group's index tensors: the backend itself, or (``auto`` only) another
     backend implementing ``layout`` and ``ranges`` whose index line is cheaper; one that
     implements ``decide`` too hashes the op's ``lsh`` decisions in its own launches."""
@@ -340,35 +342,34 @@ def _choose_index(a: Assignment, inputs: AttentionInputs, backend: str, costs: C
     # the builder hashes every head into the decisions' buffers: a group of all heads only
     every_head = a.heads == tuple(range(inputs.heads)) and not a.dense_heads
     hashing = lsh_decide and a.group.has(SameBucket) and every_head
-    fuses = lambda b: hashing and "decide" in b.STAGES and not b.not_supported_reasons(a.group, inputs, "decide")  # noqa: E731
     rows = shape_of(inputs, len(a.heads), a.group.causal is not None).row_units
     dev = inputs.device.type
 
-    def price(b: Backend) -> float | None:
-        name = b.NAME if "layout" in b.STAGES else "torch"
-        line = costs.index_line(dev, f"{name}+lsh" if fuses(b) else name)
-        lsh = costs.index_line(dev, "lsh") if hashing and not fuses(b) else None
-        if line is None or (hashing and not fuses(b) and lsh is None):
-            return None
-        return line(rows) + (lsh(rows) if lsh else 0.0)
+    def hashes(b: Backend) -> bool:
+        return hashing and "decide" in b.STAGES and not b.not_supported_reasons(a.group, inputs, "decide")
 
-    chosen, priced = own, []
-    if backend == "auto" and (own_ms := price(own)) is not None:
-        priced.append((own_ms, 0, own))
-        for order, b in enumerate(REGISTRY.values(), start=1):
-            if b is own or "layout" not in b.STAGES or b.not_supported_reasons(a.group, inputs, "layout"):
-                continue
-            if (ms := price(b)) is not None:
-                priced.append((ms, order, b))
-        priced.sort(key=lambda p: p[:2])
-        chosen = priced[0][2]
-    split = a.split
-    if chosen is not own:
-        split = (split[0], max(0.0, split[1] - priced[[p[2] for p in priced].index(own)][0] + priced[0][0]))
-    return replace(
-        a, index=None if chosen is own else chosen, fused_hash=fuses(chosen), split=split,
-        index_costs=tuple(((b.NAME if "layout" in b.STAGES else "torch") + ("+lsh" if fuses(b) else ""), ms) for ms, _, b in priced),
-    )  # fmt: skip
+    def option(b: Backend) -> tuple[str, float, bool] | None:
+        """(the index line's name, estimated ms, hashes itself), or None when not priced."""
+        fuses = hashes(b)
+        name = (b.NAME if "layout" in b.STAGES else "torch") + ("+lsh" if fuses else "")
+        lines = [costs.index_line(dev, name)] + ([costs.index_line(dev, "lsh")] if hashing and not fuses else [])
+        if any(line is None for line in lines):
+            return None
+        return name, sum(line(rows) for line in lines), fuses
+
+    own_option = option(own)
+    if backend != "auto" or own_option is None:
+        return replace(a, fused_hash=hashes(own))
+    priced = [(own_option, 0, own)]
+    for order, b in enumerate(REGISTRY.values(), start=1):
+        if b is not own and "layout" in b.STAGES and not b.not_supported_reasons(a.group, inputs, "layout"):
+            if (o := option(b)) is not None:
+                priced.append((o, order, b))
+    priced.sort(key=lambda p: (p[0][1], p[1]))
+    (_, ms, fuses), _, chosen = priced[0]
+    split = (a.split[0], max(0.0, a.split[1] - own_option[1] + ms))  # the build's estimate swapped
+    return replace(a, index=None if chosen is own else chosen, fused_hash=fuses, split=split,
+                   index_costs=tuple((o[0], o[1]) for o, _, _ in priced))  # fmt: skip
 
 
 def _contract(graph: nx.DiGraph, group: int, stages: tuple[str, ...], backend: str) -> nx.DiGraph:

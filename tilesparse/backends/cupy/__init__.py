@@ -85,7 +85,9 @@ class CupyBackend(Backend):
 
         return build_group(program, group, heads, decisions, **_sizes(inputs))
 
-    def prepare_hashing(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs, lsh) -> PreparedGroup:
+    def prepare_hashing(
+        self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs, lsh
+    ) -> PreparedGroup:
         """The same two launches, the first hashing every head into ``lsh``'s buffers."""
         from .index import build_group
 

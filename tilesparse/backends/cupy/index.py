@@ -14,13 +14,14 @@ same generator the buckets agree with the criterion's up to the rounding of the 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ...ir import HeadGroup, Keep, PreparedGroup, Program, SameBucket
+from ...ir import HeadGroup, Keep, PreparedGroup, Program, SameBucket, max_segments
 from ...ir.prepare import _head_map, _select, assemble_group
 from .compile import SHARED_LIMIT, module
 from .layout import P_CAUSAL, P_NOT_SELF, P_STRICT, predicate_bits
@@ -102,7 +103,7 @@ def _count(q, k, rotations, heads, qb, kb, qk, kk, n_buckets: int, has_bucket: b
     device = qb.device
     n_chunks, n_bins = -(-T // CHUNK), n_buckets + 1
     counts = torch.empty((2, B * Hg, n_chunks, n_bins), dtype=torch.int32, device=device)
-    none8 = torch.empty(1, dtype=torch.uint8, device=device)
+    none8 = _unused(device, torch.uint8)
     hash_ = rotations is not None and n_buckets > 1
     smem = _count_smem(n_buckets, q.shape[-1] if hash_ else 0, hashing=hash_)
     if hash_:
@@ -118,7 +119,7 @@ def _count(q, k, rotations, heads, qb, kb, qk, kk, n_buckets: int, has_bucket: b
     else:
         if rotations is not None:  # one bucket: every token in bucket 0
             qb.zero_(), kb.zero_()
-        none = torch.empty(1, dtype=torch.float32, device=device)
+        none = _unused(device, torch.float32)
         tag, xs, strides, dims = "F32", (none, none, none, none), _i64((0,) * 6), (Hg, 1, 0, 0, 0)
     has_keep = qk is not None
     _launch(
@@ -127,6 +128,12 @@ def _count(q, k, rotations, heads, qb, kb, qk, kk, n_buckets: int, has_bucket: b
         n_chunks, n_buckets, hash_, has_bucket, has_keep,
     )  # fmt: skip
     return counts
+
+
+@functools.lru_cache(maxsize=16)
+def _unused(device: torch.device, dtype: torch.dtype) -> Tensor:
+    """A one-element stand-in for a pointer argument the kernel's flags leave unread."""
+    return torch.empty(1, dtype=dtype, device=device)
 
 
 def _bytes(t: Tensor) -> Tensor:
@@ -174,21 +181,20 @@ def build_group(
     elif has_bucket:
         qb, kb = (sel(t).to(torch.int32).contiguous() for t in (dec.q_bucket, dec.k_bucket))
     else:
-        qb = kb = torch.empty(1, **i32)
+        qb = kb = _unused(torch.device(device), torch.int32)
     qk = kk = None
     if group.has(Keep):  # bool is one byte: read as uint8 without a copy
         qk, kk = (_bytes(sel(t)) for t in (dec.q_keep, dec.k_keep))
     counts = _count(q, k, rotations if hashing else None, heads, qb, kb, qk, kk, n_buckets, has_bucket, B, T)
-    sizes = []
-    for block in (program.block_q, program.block_k):
-        sizes.append((-(-T // block), max(1, min(block, group.buckets))))
-    (nqb, qs), (nkb, ks) = sizes
-    layout = torch.empty((3, 2, B, Hg, T), **i32)  # order, pos, bucket per side
-    q_ranges = torch.empty((B, Hg, nqb, qs, 4), **i32)
-    k_ranges = torch.empty((B, Hg, nkb, ks, 4), **i32)
-    nseg = torch.empty(B * Hg * (nqb + nkb), **i32)
-    q_nseg, k_nseg = nseg[: B * Hg * nqb].view(B, Hg, nqb), nseg[B * Hg * nqb :].view(B, Hg, nkb)
-    none8 = torch.empty(1, dtype=torch.uint8, device=device)
+    blocks = (program.block_q, program.block_k)
+    (nqb, qs), (nkb, ks) = ((-(-T // blk), max_segments(blk, group.buckets)) for blk in blocks)
+    # every output is a view of one int32 buffer: one allocation per call
+    shapes = ((3, 2, B, Hg, T), (B, Hg, nqb, qs, 4), (B, Hg, nkb, ks, 4), (B, Hg, nqb), (B, Hg, nkb))
+    buf = torch.empty(sum(math.prod(sh) for sh in shapes), **i32)
+    layout, q_ranges, k_ranges, q_nseg, k_nseg = (
+        t.view(sh) for t, sh in zip(buf.split([math.prod(sh) for sh in shapes]), shapes, strict=True)
+    )  # layout: order, pos, bucket per side
+    none8 = _unused(torch.device(device), torch.uint8)
     flags = predicate_bits(group)
     n_chunks = counts.shape[2]
     _launch(

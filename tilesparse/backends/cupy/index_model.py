@@ -15,7 +15,7 @@ from itertools import accumulate
 
 import torch
 
-from ...ir import HeadGroup, Keep, PreparedGroup, Program, SameBucket
+from ...ir import HeadGroup, Keep, PreparedGroup, Program, SameBucket, max_segments
 from ...ir.prepare import _select, assemble_group
 from .index import CHUNK, NT
 from .layout import P_CAUSAL, P_NOT_SELF, P_STRICT, predicate_bits
@@ -164,7 +164,7 @@ def build_group_model(program: Program, group: HeadGroup, heads: tuple[int, ...]
     flags = predicate_bits(group)
     out = []
     for s, block in enumerate((program.block_q, program.block_k)):  # launch 2, side by side
-        S, nb = max(1, min(block, group.buckets)), -(-T // block)
+        S, nb = max_segments(block, group.buckets), -(-T // block)
         per = []
         for bh in range(B * Hg):
             o = (*([UNSET] * T for _ in range(3)), [[[UNSET] * 4 for _ in range(S)] for _ in range(nb)], [UNSET] * nb)

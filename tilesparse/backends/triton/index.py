@@ -29,7 +29,17 @@ import torch
 import triton
 import triton.language as tl
 
-from ...ir import KEY_SENTINEL, QUERY_SENTINEL, HeadGroup, Keep, Layout, PreparedGroup, Program, SameBucket
+from ...ir import (
+    KEY_SENTINEL,
+    QUERY_SENTINEL,
+    HeadGroup,
+    Keep,
+    Layout,
+    PreparedGroup,
+    Program,
+    SameBucket,
+    max_segments,
+)
 from ...ir.prepare import DROPPED_K_BUCKET, DROPPED_Q_BUCKET, _select, assemble_group
 from .op import predicate_flags
 
@@ -283,7 +293,7 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
     total = 0 if identity else 3 * _aligned(2 * B * Hg * T) + _aligned(2 * B * Hg * n_chunks * cat_pad)
     for block, sentinel, dropped in ((block_q, QUERY_SENTINEL, DROPPED_Q_BUCKET), (block_k, KEY_SENTINEL, DROPPED_K_BUCKET)):
         nb = triton.cdiv(T, block)
-        S = max(1, min(block, group.buckets))
+        S = max_segments(block, group.buckets)
         sides.append((nb, block, S, sentinel, dropped))
         total += 3 * _aligned(B * Hg * T) + _aligned(B * Hg * nb * S * 4) + _aligned(B * Hg * nb)
     return _Static(

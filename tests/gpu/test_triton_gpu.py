@@ -96,14 +96,16 @@ def _chunked_reference(attn, q, k, v, dec, go, chunk=2048):
     return out, qf.grad, kf.grad, vf.grad
 
 
+@pytest.mark.parametrize("shape", [(1, 2, 2, 64), (1, 8, 2, 128)], ids=["H2-D64", "H8-Hkv2-D128"])
 @pytest.mark.parametrize("T", [16384, 32768])
 @pytest.mark.parametrize(
     "spec", [ts.Hash(buckets=16), ts.QKDrop(keep=0.5), ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)])], ids=str
 )
-def test_long_sequences_against_chunked_reference(T, spec):
+def test_long_sequences_against_chunked_reference(T, spec, shape):
     torch.manual_seed(T)
-    B, H, D = 1, 2, 64
-    q, k, v = (torch.randn((B, H, T, D), device=DEVICE, dtype=torch.bfloat16).requires_grad_() for _ in range(3))
+    B, H, Hkv, D = shape
+    q = torch.randn((B, H, T, D), device=DEVICE, dtype=torch.bfloat16).requires_grad_()
+    k, v = (torch.randn((B, Hkv, T, D), device=DEVICE, dtype=torch.bfloat16).requires_grad_() for _ in range(2))
     attn = ts.compile(spec, causal=True, backend="triton")
     dec = attn.decide(q, k)
     out = attn(q, k, v, decisions=dec)

@@ -74,6 +74,18 @@ def test_tile_widths_differ_from_blocks(blocks):
             assert_equivalent(attn, q, k, v)
 
 
+@pytest.mark.parametrize("single_loop", [1, 2])
+def test_one_masked_loop_per_segment(single_loop):
+    """SINGLE_LOOP runs every tile of a segment masked, in one loop: the same result, with
+    GQA and both a bucket and a drop predicate."""
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn((1, 4, 130, 16), generator=g)
+    k, v = (torch.randn((1, 2, 130, 16), generator=g) for _ in range(2))
+    with override_config(single_loop=single_loop):
+        for spec in (ts.Hash(buckets=3), ts.QKDrop(keep=0.6)):
+            assert_equivalent(ts.compile(spec, backend="triton"), q, k, v)
+
+
 def test_noncontiguous_inputs():
     base = torch.randn((2, 100, 4, 32))  # (B, T, H, D): the layout many models keep
     q = base.transpose(1, 2)

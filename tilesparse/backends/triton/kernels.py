@@ -5,8 +5,10 @@ dO through the layout's row orders and writes O, dQ, dK, dV at original position
 copy of any tensor exists. For each bucket segment of its block it visits the tiles of the
 segment's row range on the other side (``lo, full_lo, full_hi, hi`` in rows, converted to its
 own tile width), running the tiles proven full with ``MASK=False`` (no mask arithmetic) and the
-rest with the in-tile predicates. The softmax is SCFA's NaN-safe online softmax: a row with no
-kept key ends with l = 0, outputs zeros and stores lse = +inf, so its gradients are zero.
+rest with the in-tile predicates (or, with ``SINGLE_LOOP``, every tile of the segment masked in
+one loop: segments of a few tiles pipeline better as one loop than as three). The softmax is
+SCFA's NaN-safe online softmax: a row with no kept key ends with l = 0, outputs zeros and
+stores lse = +inf, so its gradients are zero.
 
 Scores are kept in log2 units (``qk_scale = scale * log2(e)``), as in the Triton tutorial.
 Tested on CPU under TRITON_INTERPRET=1 (tests/backends/triton), compiled for sm_90 in CI
@@ -145,7 +147,7 @@ def _attn_fwd(Q, K, V, O, LSE,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
               CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
-              NOT_SELF: tl.constexpr, PRECISION: tl.constexpr):
+              NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr):
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     tl.static_assert(BLOCK_D >= 16, "tl.dot needs an inner dimension of at least 16")
     pid_m = tl.program_id(0)
@@ -171,15 +173,20 @@ def _attn_fwd(Q, K, V, O, LSE,
     k_bktp = K_BKT + row_base
     for s in range(nseg):
         lo, f0, f1, hi = _tiles(rng, s, BLOCK_N)
+        if SINGLE_LOOP:
+            # one pipelined loop over the segment, every tile masked (short segments)
+            f0 = hi
+            f1 = hi
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                         k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen, offs_d, d_ok,
                                         BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
-        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                        k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen, offs_d, d_ok,
-                                        BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
-        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                        k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen, offs_d, d_ok,
-                                        BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+        if not SINGLE_LOOP:
+            acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                            k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen, offs_d, d_ok,
+                                            BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+            acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                            k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen, offs_d, d_ok,
+                                            BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
 
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
@@ -243,7 +250,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                    CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
-                   NOT_SELF: tl.constexpr, PRECISION: tl.constexpr):
+                   NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr):
     """One key block (BLOCK_N rows of the key layout) against its query-row ranges."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     pid_n = tl.program_id(0)
@@ -271,18 +278,22 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
     deltap = DELTA + row_base
     for s in range(nseg):
         lo, f0, f1, hi = _tiles(rng, s, BLOCK_M)
+        if SINGLE_LOOP:
+            f0 = hi
+            f1 = hi
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                       q_order, q_posp, q_bktp, lsep, deltap, lo, f0, qk_scale, seqlen,
                                       offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
                                       PRECISION)
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
-                                      q_order, q_posp, q_bktp, lsep, deltap, f0, f1, qk_scale, seqlen,
-                                      offs_d, d_ok, BLOCK_M, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
-                                      PRECISION)
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
-                                      q_order, q_posp, q_bktp, lsep, deltap, f1, hi, qk_scale, seqlen,
-                                      offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
-                                      PRECISION)
+        if not SINGLE_LOOP:
+            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
+                                          q_order, q_posp, q_bktp, lsep, deltap, f0, f1, qk_scale, seqlen,
+                                          offs_d, d_ok, BLOCK_M, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
+                                          PRECISION)
+            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
+                                          q_order, q_posp, q_bktp, lsep, deltap, f1, hi, qk_scale, seqlen,
+                                          offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
+                                          PRECISION)
 
     # dK, dV go to original rows: of this query head's buffer, or straight into the kv head
     if DKV_PER_QUERY_HEAD:
@@ -340,7 +351,7 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                  CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
-                 NOT_SELF: tl.constexpr, PRECISION: tl.constexpr):
+                 NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr):
     """One query block against its key-row ranges (the forward pass's ranges). It also
     computes FlashAttention-2's delta = rowsum(dO * O) of its rows and stores it for the dK/dV
     kernel, which runs after it."""
@@ -372,15 +383,19 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
     k_bktp = K_BKT + row_base
     for s in range(nseg):
         lo, f0, f1, hi = _tiles(rng, s, BLOCK_N)
+        if SINGLE_LOOP:
+            f0 = hi
+            f1 = hi
         dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                 k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen, offs_d, d_ok,
                                 BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
-        dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen, offs_d, d_ok,
-                                BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
-        dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen, offs_d, d_ok,
-                                BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+        if not SINGLE_LOOP:
+            dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                    k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen, offs_d, d_ok,
+                                    BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+            dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                    k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen, offs_d, d_ok,
+                                    BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
 
     dq_base = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
     tl.store(dq_base + q_rows[:, None] * stride_dqt + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),

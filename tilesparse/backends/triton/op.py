@@ -43,7 +43,8 @@ class TileConfig:
 
     ``block_q`` is the query block of the forward and dQ kernels and ``block_k`` the key block
     of the dK/dV kernel: the IR's segments are built for them. ``fwd_n``, ``dq_n`` (key tile
-    widths) and ``dkdv_m`` (query tile height) are free: ranges are in rows.
+    widths) and ``dkdv_m`` (query tile height) are free: ranges are in rows. ``bwd_*`` launch
+    the dK/dV kernel and ``dq_*`` the dQ kernel.
     """
 
     block_q: int
@@ -55,6 +56,10 @@ class TileConfig:
     fwd_stages: int = 3
     bwd_warps: int = 4
     bwd_stages: int = 3
+    dq_warps: int = 4
+    dq_stages: int = 3
+    single_loop: int = 0  # 0: masked / unmasked / masked loops per segment; 1: one masked loop
+    # per segment in groups with a bucket predicate (short segments); 2: one loop everywhere
 
 
 _OVERRIDE: dict[str, int] = {}
@@ -69,19 +74,25 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
     """
     if device.type == "cpu":
         # the interpreter costs ~10 ms per program x loop step: few, wide tiles
-        cfg = TileConfig(32, 32, 32, 32, 32, 1, 1, 1, 1)
+        cfg = TileConfig(32, 32, 32, 32, 32, 1, 1, 1, 1, 1, 1)
     elif dtype == torch.float32:
-        cfg = TileConfig(64, 64, 32, 32, 32, fwd_warps=8, fwd_stages=2, bwd_warps=8, bwd_stages=2)
+        cfg = TileConfig(64, 64, 32, 32, 32, fwd_warps=8, fwd_stages=2, bwd_warps=8, bwd_stages=2, dq_warps=8, dq_stages=2)
         if head_dim > 64:
-            cfg = TileConfig(32, 32, 32, 16, 16, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2)
+            cfg = TileConfig(32, 32, 32, 16, 16, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2, dq_warps=4, dq_stages=2)
     elif head_dim <= 64:
-        # 4 warps beat 8 on the H200 for both passes, and 64-key dK/dV blocks beat 128
-        # (benchmarks/results/probe_h200.json and probe_sweep_h200.json)
-        cfg = TileConfig(128, 64, 64, 32, 32, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3)
+        # 4 warps beat 8 on the H200 for both passes, 64-key dK/dV blocks beat 128, and 64-key
+        # dQ tiles beat 32 (benchmarks/results/probe_sweep_h200.json, sweep_kernels_h200.json)
+        cfg = TileConfig(128, 64, 64, 64, 32, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1)
     elif head_dim <= 128:
-        cfg = TileConfig(128, 64, 32, 32, 32, fwd_warps=8, fwd_stages=3, bwd_warps=8, bwd_stages=2)
+        # 4 warps everywhere, 64-wide forward tiles and 64x64 dK/dV tiles: forward+backward
+        # kernels 2x faster than 8 warps with 32-wide tiles (sweep_kernels_h200.json)
+        # one masked loop per segment where buckets cut the ranges short: Hash(64) 10% faster,
+        # Hash(16) within 1% (sweep_kernels_h200.json, single_loop rows)
+        cfg = TileConfig(128, 64, 64, 32, 64, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1)
     else:
-        cfg = TileConfig(64, 32, 32, 16, 16, fwd_warps=8, fwd_stages=2, bwd_warps=8, bwd_stages=2)
+        # 4 warps and 32x32 backward tiles: 2.8x faster than 8 warps with 16-wide tiles
+        cfg = TileConfig(64, 32, 32, 32, 32, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2, dq_warps=4, dq_stages=2,
+                         single_loop=1)
     return replace(cfg, **_OVERRIDE) if _OVERRIDE else cfg
 
 
@@ -111,8 +122,10 @@ def predicate_flags(group: HeadGroup) -> dict:
     )
 
 
-def _flags(g: PreparedGroup) -> dict:
-    return predicate_flags(g.group)
+def _flags(g: PreparedGroup, cfg: TileConfig) -> dict:
+    flags = predicate_flags(g.group)
+    flags["SINGLE_LOOP"] = cfg.single_loop == 2 or (cfg.single_loop == 1 and flags["SAME_BUCKET"])
+    return flags
 
 
 def _block_d(head_dim: int) -> int:
@@ -135,7 +148,7 @@ def launch_key(g: PreparedGroup, q: Tensor, cfg: TileConfig, k_group: int, v_gro
         _block_d(q.shape[-1]),
         cfg,
         g.q_ranges.shape[3],
-        tuple(sorted(_flags(g).items())),
+        tuple(sorted(_flags(g, cfg).items())),
     )
 
 
@@ -160,7 +173,7 @@ def launch_fwd(
         K_GROUP=H // k.shape[1], V_GROUP=H // v.shape[1], HEAD_DIM=D, BLOCK_D=_block_d(D),
         BLOCK_M=cfg.block_q, BLOCK_N=cfg.fwd_n, MAX_SEG=g.q_ranges.shape[3],
         PRECISION=_precision(q.dtype), num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages,
-        **_flags(g),
+        **_flags(g, cfg),
     )  # fmt: skip
 
 
@@ -184,7 +197,7 @@ class _SparseAttention(torch.autograd.Function):
         Hg = len(g.heads)
         k_group, v_group = H // k.shape[1], H // v.shape[1]
         do = do.contiguous()
-        flags = _flags(g)
+        flags = _flags(g, cfg)
         common = dict(HEAD_DIM=D, BLOCK_D=_block_d(D), PRECISION=_precision(q.dtype))
         n_qb = g.q_ranges.shape[2]
 
@@ -198,7 +211,7 @@ class _SparseAttention(torch.autograd.Function):
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
             Hg, T, n_qb, scale * LOG2E, scale,
             K_GROUP=k_group, V_GROUP=v_group, BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n,
-            MAX_SEG=g.q_ranges.shape[3], num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
+            MAX_SEG=g.q_ranges.shape[3], num_warps=cfg.dq_warps, num_stages=cfg.dq_stages,
             **common, **flags,
         )  # fmt: skip
 
@@ -222,16 +235,24 @@ class _SparseAttention(torch.autograd.Function):
             **common, **flags,
         )  # fmt: skip
         if not direct:
-            heads = g.head_map.to(torch.int64)
-            dk = _sum_into_heads(dk, heads // k_group, k)
-            dv = _sum_into_heads(dv, heads // v_group, v)
+            in_order = tuple(g.heads) == tuple(range(H))
+            dk = _sum_into_heads(dk, g.head_map, k_group, k, in_order)
+            dv = _sum_into_heads(dv, g.head_map, v_group, v, in_order)
         return dq, dk, dv, None, None, None
 
 
-def _sum_into_heads(per_query_head: Tensor, target_heads: Tensor, like: Tensor) -> Tensor:
-    """Sum (B, Hg, T, D) per-query-head gradients into ``like``'s heads (fp32, then cast)."""
+def _sum_into_heads(per_query_head: Tensor, head_map: Tensor, group: int, like: Tensor, in_order: bool) -> Tensor:
+    """Sum (B, Hg, T, D) per-query-head gradients into ``like``'s heads (fp32, then cast).
+
+    With every query head in order, kv head j's query heads are the consecutive j*group..:
+    a strided sum over a view, several times faster than ``index_add_`` (one read of the
+    buffer instead of a scatter).
+    """
+    if in_order:
+        B, H, T, D = per_query_head.shape
+        return per_query_head.view(B, H // group, group, T, D).sum(2).to(like.dtype)
     out = torch.zeros(like.shape, dtype=torch.float32, device=like.device)
-    out.index_add_(1, target_heads, per_query_head)
+    out.index_add_(1, head_map.to(torch.int64) // group, per_query_head)
     return out.to(like.dtype)
 
 

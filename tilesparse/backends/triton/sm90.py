@@ -53,6 +53,7 @@ class Variant:
         c = dict(HEAD_DIM=self.head_dim, BLOCK_D=_block_d(self.head_dim))
         group = 2 if self.gqa else 1
         c.update(K_GROUP=group, V_GROUP=group, MAX_SEG=16, PRECISION=_precision(self.dtype), **dict(self.flags))
+        c["SINGLE_LOOP"] = self.cfg.single_loop == 2 or (self.cfg.single_loop == 1 and c["SAME_BUCKET"])
         if self.kernel == "fwd":
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.fwd_n)
         elif self.kernel == "dq":
@@ -64,6 +65,8 @@ class Variant:
     def launch(self) -> tuple[int, int]:
         if self.kernel == "fwd":
             return self.cfg.fwd_warps, self.cfg.fwd_stages
+        if self.kernel == "dq":
+            return self.cfg.dq_warps, self.cfg.dq_stages
         return self.cfg.bwd_warps, self.cfg.bwd_stages
 
     def __str__(self) -> str:

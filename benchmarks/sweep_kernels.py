@@ -1,0 +1,185 @@
+"""Tile-configuration sweep of the Triton kernels, per kernel, against cuDNN and flash SDPA.
+
+Run on a GPU: ``python3 benchmarks/sweep_kernels.py --out DIR [--shapes ...] [--configs JSON]``.
+For every shape (B, H, Hkv, D, T; bf16, causal) and pattern, with decisions given and the index
+built once, it times each tile configuration's kernels alone: the whole forward and
+forward+backward with ``triton.testing.do_bench`` (median), and each kernel's own GPU time from
+the profiler (forward, dQ, dK/dV, and the GQA sum of dK/dV into the kv heads). It reports
+effective TFLOP/s over the tiles each kernel visits (4·D flops per element of a visited tile
+forward, 10·D backward) next to cuDNN's over the causal triangle, and the largest difference
+from the default configuration's output (a configuration that changes the result is flagged).
+Writes ``sweep_kernels.json`` under DIR and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+import tilesparse as ts
+from tilesparse.backends.triton.op import override_config, sparse_attention, tile_config
+from tilesparse.ir import tile_stats
+
+DEV = torch.device("cuda")
+PATTERNS = {
+    "dense": ts.Dense(),
+    "keep0.7": ts.QKDrop(keep=0.7),
+    "keep0.5": ts.QKDrop(keep=0.5),
+    "keep0.3": ts.QKDrop(keep=0.3),
+    "hash16": ts.Hash(buckets=16),
+    "hash64": ts.Hash(buckets=64),
+}
+KERNELS = ("_attn_fwd", "_attn_bwd_dq", "_attn_bwd_dkdv")
+
+
+def bench(fn) -> float:
+    fn()
+    torch.cuda.synchronize()
+    return triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median")
+
+
+def per_kernel_ms(fn, iters: int = 5) -> dict[str, float]:
+    """Mean GPU time per call of each kernel whose name contains one of KERNELS (and the rest)."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for e in prof.key_averages():
+        t = e.device_time_total / 1e3 / iters
+        if t <= 0:
+            continue
+        name = next((k for k in KERNELS if k in e.key), "other")
+        out[name] = out.get(name, 0.0) + t
+    return out
+
+
+def ref_error(attn, q, k, v, dec, out) -> float:
+    """Largest error of ``out`` against the float32 reference on the first and the last query
+    head of batch 0 (the last kv group under GQA)."""
+    H, Hkv = q.shape[1], k.shape[1]
+    err = 0.0
+    with torch.no_grad():
+        for h in (0, H - 1):
+            kh = h // (H // Hkv)
+            d1 = ts.Decisions(**{n: None if t is None else t[:1, h : h + 1] for n, t in dec.items()})
+            ref = attn.reference(q[:1, h : h + 1], k[:1, kh : kh + 1], v[:1, kh : kh + 1], decisions=d1)
+            err = max(err, float((out[:1, h : h + 1].float() - ref).abs().max()))
+    return err
+
+
+def _write(res: dict, out: str, tag: str) -> None:
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / f"sweep_{tag}.json").write_text(json.dumps(res, indent=1, default=str))
+
+
+def causal_elems(T: int) -> int:
+    return T * (T + 1) // 2
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--shapes", default="1,32,8,128,16384", help="B,H,Hkv,D,T;...")
+    ap.add_argument("--patterns", default="keep0.7,hash16")
+    ap.add_argument("--configs", default="[{}]", help="JSON list of TileConfig overrides (or @file); the first is the baseline")
+    ap.add_argument("--no-sdpa", action="store_true")
+    ap.add_argument("--tag", default="kernels", help="the JSON is sweep_TAG.json")
+    args = ap.parse_args()
+    t0 = time.time()
+    configs = json.loads(Path(args.configs[1:]).read_text() if args.configs.startswith("@") else args.configs)
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "cmd": " ".join(sys.argv), "rows": [], "sdpa": []}  # fmt: skip
+    for shape in args.shapes.split(";"):
+        B, H, Hkv, D, T = map(int, shape.split(","))
+        g = torch.Generator(DEV).manual_seed(0)
+        q = torch.randn((B, H, T, D), device=DEV, dtype=torch.bfloat16, generator=g).requires_grad_()
+        k, v = (torch.randn((B, Hkv, T, D), device=DEV, dtype=torch.bfloat16, generator=g).requires_grad_() for _ in range(2))
+        go = torch.randn((B, H, T, D), device=DEV, dtype=torch.bfloat16, generator=g)
+        fl_fwd = 4 * D * causal_elems(T) * B * H
+        if not args.no_sdpa:
+            for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+                try:
+                    with sdpa_kernel(backend):
+                        f = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=Hkv != H)  # noqa: E731
+                        with torch.no_grad():
+                            fwd = bench(f)
+                        fb = bench(lambda: torch.autograd.grad(f(), (q, k, v), go))
+                    row = {"name": name, "shape": [B, H, Hkv, D, T], "fwd": fwd, "fwd_bwd": fb,
+                           "fwd_tflops": fl_fwd / fwd / 1e9, "bwd_tflops": 2.5 * fl_fwd / (fb - fwd) / 1e9}  # fmt: skip
+                except Exception as e:  # noqa: BLE001 - record and go on
+                    row = {"name": name, "shape": [B, H, Hkv, D, T], "error": repr(e)[:300]}
+                res["sdpa"].append(row)
+                print(f"[{time.time() - t0:.0f}s] {row}", file=sys.stderr, flush=True)
+        for pname in args.patterns.split(","):
+            dec = ts.compile(PATTERNS[pname]).decide(q, k, generator=torch.Generator(DEV).manual_seed(1))
+            base_out = None
+            for over in configs:
+                row = {"pattern": pname, "shape": [B, H, Hkv, D, T], "override": over}
+                # a fresh op per config: a plan (and its index blocks) is cached per op
+                attn = ts.compile(PATTERNS[pname], causal=True, backend="triton")
+                try:
+                    with override_config(**over):
+                        cfg = tile_config(D, torch.bfloat16, DEV)
+                        prep = attn.prepare(q, k, v, decisions=dec).groups[0]
+                        kern = lambda: sparse_attention(q, k, v, prep, D**-0.5, cfg)  # noqa: E731
+                        step = lambda: torch.autograd.grad(kern(), (q, k, v), go)  # noqa: E731
+                        with torch.no_grad():
+                            out = kern()
+                            row["fwd"] = bench(kern)
+                        row["fwd_bwd"] = bench(step)
+                        row["kernels"] = per_kernel_ms(step)
+                    row["config"] = asdict(cfg)
+                    if base_out is None:
+                        base_out = out
+                    row["max_diff_vs_baseline"] = float((out.float() - base_out.float()).abs().max())
+                    row["max_err_vs_ref"] = ref_error(attn, q, k, v, dec, out)
+                    st_f = tile_stats(prep, block_n=cfg.fwd_n, exact=False)
+                    st_q = tile_stats(prep, block_n=cfg.dq_n, exact=False)
+                    row["visited_fraction"] = st_f["visited_fraction"]
+                    fwd_el = st_f["visited"] * cfg.block_q * cfg.fwd_n
+                    dq_el = st_q["visited"] * cfg.block_q * cfg.dq_n
+                    kn = row["kernels"]
+                    row["fwd_tflops"] = 4 * D * fwd_el / kn.get("_attn_fwd", float("nan")) / 1e9
+                    row["dq_tflops"] = 4 * D * dq_el / kn.get("_attn_bwd_dq", float("nan")) / 1e9  # 2 of the 5 dots
+                    row["dkdv_tflops"] = 6 * D * dq_el / kn.get("_attn_bwd_dkdv", float("nan")) / 1e9  # 3 of 5
+                except Exception as e:  # noqa: BLE001 - a config that fails to compile or run
+                    row["error"] = repr(e)[:400]
+                res["rows"].append(row)
+                print(f"[{time.time() - t0:.0f}s] {json.dumps(row, default=str)}", file=sys.stderr, flush=True)
+                _write(res, args.out, args.tag)  # after every row: a run cut short keeps what it measured
+                torch.cuda.empty_cache()
+        del q, k, v, go
+        torch.cuda.empty_cache()
+    _write(res, args.out, args.tag)
+    for r in res["sdpa"]:
+        if "error" not in r:
+            print(f"{r['name']:8s} {r['shape']} fwd {r['fwd']:.3f} fwd+bwd {r['fwd_bwd']:.3f} "
+                  f"TF/s fwd {r['fwd_tflops']:.0f} bwd {r['bwd_tflops']:.0f}")  # fmt: skip
+    for r in res["rows"]:
+        if "error" in r:
+            print(f"{r['pattern']:8s} {r['override']} ERROR {r['error'][:120]}")
+            continue
+        kn = r["kernels"]
+        print(f"{r['pattern']:8s} {str(r['override']):60s} fwd {r['fwd']:7.3f} f+b {r['fwd_bwd']:7.3f} | "
+              f"k.fwd {kn.get('_attn_fwd', 0):6.3f} dq {kn.get('_attn_bwd_dq', 0):6.3f} dkdv {kn.get('_attn_bwd_dkdv', 0):6.3f} "
+              f"other {kn.get('other', 0):6.3f} | TF/s {r['fwd_tflops']:4.0f} {r['dq_tflops']:4.0f} {r['dkdv_tflops']:4.0f} "
+              f"vis {r['visited_fraction']:.2f} err {r['max_err_vs_ref']:.1e}")  # fmt: skip
+    print(f"total {time.time() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

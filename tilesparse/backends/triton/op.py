@@ -68,8 +68,9 @@ _OVERRIDE: dict[str, int] = {}
 def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> TileConfig:
     """The configuration for a head dim, dtype and device (then any active override).
 
-    Chosen so that ptxas keeps the tile loops free of spills on sm_90 (tests compile every
-    variant and check); fp32 runs its dots as tf32x3 (three tf32 products: fp32 accuracy on
+    Chosen by measurement on the H200 (benchmarks/results/sweep_kernels_h200.json); a
+    configuration that spills inside its tile loops is kept only where it measured faster, and
+    tests compile every variant for sm_90 and hold each to its listed spill count. fp32 runs its dots as tf32x3 (three tf32 products: fp32 accuracy on
     tensor cores), which doubles the tiles' bytes, hence the smaller blocks.
     """
     if device.type == "cpu":

@@ -3,9 +3,9 @@
 :func:`sequence_to_heads` turns q (B, H, T/P, D), k, v (B, Hkv, T/P, D), sharded along the
 sequence, into the rank's query heads and kv heads over the whole sequence, in ONE all-to-all
 (q, k and v packed per destination); :func:`heads_to_sequence` sends an output (B, H/P, T, D)
-back to sequence shards (B, H, T/P, D). Both run through ``all_to_all_single_autograd`` of
-``torch.distributed``'s functional collectives, whose backward is the reverse all-to-all, so
-gradients reach the shards' q, k, v (and a kv head sent to several ranks sums its copies'
+back to sequence shards (B, H, T/P, D). Both run through :func:`all_to_all`, an autograd
+function over ``torch.distributed.all_to_all_single`` whose backward is the same exchange of the
+gradients, so gradients reach the shards' q, k, v (and a kv head sent to several ranks sums its copies'
 gradients through the ``index_select`` that copies it). Shards are contiguous and of equal
 length: rank r holds tokens [r*T/P, (r+1)*T/P). Tested on gloo (CPU) in CI, NCCL on the GPU.
 """
@@ -22,10 +22,32 @@ __all__ = ["all_to_all", "heads_to_sequence", "sequence_to_heads"]
 
 def all_to_all(x: Tensor, group) -> Tensor:
     """x (P, ...): block p goes to rank p; returns (P, ...) whose block s came from rank s."""
-    from torch.distributed._functional_collectives import all_to_all_single_autograd
+    return _AllToAll.apply(x, group)
 
-    # the result waits for the collective on first use (an AsyncCollectiveTensor), inside autograd
-    return all_to_all_single_autograd(x.contiguous(), None, None, group)
+
+class _AllToAll(torch.autograd.Function):
+    """An equal-block all-to-all whose backward is the same all-to-all of the gradient (block s
+    of the output came from rank s, so its gradient goes back to rank s).
+
+    A blocking c10d call (``async_op=False``): on NCCL the caller's stream waits for the
+    exchange, so what follows reads finished data, forward and backward alike. (The functional
+    collectives' autograd variant leaves its backward's results to be waited on first use and
+    imports dynamo in every process; this is the plain collective.)
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, group) -> Tensor:
+        import torch.distributed as dist
+
+        ctx.group = group
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        dist.all_to_all_single(out, x, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return _AllToAll.apply(grad.contiguous(), ctx.group), None
 
 
 def sequence_to_heads(q: Tensor, k: Tensor, v: Tensor, split: HeadSplit, group) -> tuple[Tensor, Tensor, Tensor]:

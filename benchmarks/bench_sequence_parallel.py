@@ -26,6 +26,10 @@ each attempt in fresh processes (an out-of-memory or a device error on one rank 
 other waiting inside a collective, or poison the next attempt); it stops at the first failure
 and skips sizes whose estimated time passes ``--search-budget-s``.
 
+Each part can run alone (each call writing its own ``--out``), to keep every command short:
+``--only time`` (exactness and timing), ``--only search --search-gpus 1``, ``--only search
+--search-gpus 2``.
+
 NCCL runs with NVLink multicast off: the script sets NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 for its processes before any
 communicator exists. ``--smoke`` runs every part on CPU with gloo at tiny sizes (the reference
@@ -75,6 +79,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--search", default="524288,1048576,1572864,2097152,3145728,4194304",
                    help="total tokens tried for the largest T, ascending ('' skips the search)")  # fmt: skip
     p.add_argument("--search-budget-s", type=float, default=150.0, help="skip a size estimated to take longer")
+    p.add_argument("--search-gpus", default="1,2", help="GPU counts to search: 1, 2 or both")
     p.add_argument("--only", choices=["time", "search"], default=None, help="run only the timing or the search")
     p.add_argument("--iters", type=int, default=10, help="timed calls per measurement")
     p.add_argument("--warmup", type=int, default=3)
@@ -303,7 +308,7 @@ def largest_t(a) -> dict:
 
     sizes = [int(x) for x in a.search.split(",") if x]
     out = {}
-    for world in (1, 2):
+    for world in (int(x) for x in a.search_gpus.split(",")):
         tried, last_ok = [], None
         for T in sizes:
             est = None if last_ok is None else last_ok[1] / 1e3 * (T / last_ok[0]) ** 2

@@ -41,9 +41,8 @@ from __future__ import annotations
 import os
 
 # before torch creates any communicator: NVLink multicast (NVLS) stays off
-os.environ["NCCL_NVLS_ENABLE"] = "0"
-os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
-os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
+NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+os.environ.update(NCCL_ENV)
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
@@ -298,7 +297,8 @@ def _attempt(rank: int, world: int, init_file: str, a, T: int, result_file: str)
     ms = 1e3 * (time.perf_counter() - t0)
     dist.barrier()
     if rank == 0:
-        Path(result_file).write_text(json.dumps({"ms_first_call": ms, "peak_gib": peak_gib(device), "shard": str(shard)}))
+        record = {"ms_first_call": ms, "peak_gib": peak_gib(device), "shard": str(shard)}
+        Path(result_file).write_text(json.dumps(record))
     dist.destroy_process_group()
 
 
@@ -349,7 +349,7 @@ def meta(a, world: int) -> dict:
         "cmd": " ".join(sys.argv), "world": world, "torch": torch.__version__, "python": platform.python_version(),
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() and not a.smoke else "cpu",
         "git_commit": head, "backend": a.backend,
-        "env": {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")},
+        "env": {k: os.environ[k] for k in NCCL_ENV},
         "timing": "sync_ms: median of calls each followed by a synchronize; b2b_ms: back-to-back calls / count",
     }  # fmt: skip
 

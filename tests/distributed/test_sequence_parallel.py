@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import tempfile
 from datetime import timedelta
 
@@ -221,8 +222,6 @@ def _worker(rank: int, world: int, init_file: str, cases_file: str) -> None:
             call()
             failures.append(f"P={world}: no error (wanted {match!r})")
         except ValueError as e:
-            import re
-
             if not re.search(match, str(e)):
                 failures.append(f"P={world}: error {e!r} does not match {match!r}")
 

@@ -86,7 +86,9 @@ class SequenceParallel:
 
     def __init__(self, attn: CompiledAttention, group=None):
         if not isinstance(attn, CompiledAttention):
-            raise TypeError(f"attn must be a tilesparse CompiledAttention (tilesparse.compile(...)), got {type(attn).__name__}")
+            raise TypeError(
+                f"attn must be a tilesparse CompiledAttention (tilesparse.compile(...)), got {type(attn).__name__}"
+            )
         self.attn = attn
         self.group = resolve_group(group)
         self._ops: dict[range, CompiledAttention] = {}
@@ -192,7 +194,9 @@ class SequenceParallel:
             if not isinstance(t, Tensor) or t.dim() != 4:
                 raise ValueError(f"{name} must be a 4-D tensor (B, heads, T/P, D) sharded along T, got {_shape(t)}")
         if k.shape != v.shape:
-            raise ValueError(f"k and v must have the same shape (B, Hkv, T/P, D), got {tuple(k.shape)} and {tuple(v.shape)}")
+            raise ValueError(
+                f"k and v must have the same shape (B, Hkv, T/P, D), got {tuple(k.shape)} and {tuple(v.shape)}"
+            )
         if (q.shape[0], q.shape[2], q.shape[3]) != (k.shape[0], k.shape[2], k.shape[3]):
             raise ValueError(
                 f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch, shard length and head dim "

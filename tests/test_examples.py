@@ -26,6 +26,7 @@ EXAMPLES = ROOT / "examples"
 SCRIPTS = ("declare_and_compile.py", "custom_criterion.py")
 PROPERTY_TEST = "property_test_custom_pattern.py"
 TRAIN = "train_lm.py"
+SEQUENCE_PARALLEL = "sequence_parallel.py"
 
 
 def run_python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -38,7 +39,14 @@ def run_python(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 
 
 def test_every_example_is_run_here():
-    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted((*SCRIPTS, PROPERTY_TEST, TRAIN))
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted((*SCRIPTS, PROPERTY_TEST, TRAIN, SEQUENCE_PARALLEL))
+
+
+def test_sequence_parallel_example_matches_the_single_process_model():
+    # two gloo processes, one training step of a sequence-sharded model against the whole one
+    r = run_python(str(EXAMPLES / SEQUENCE_PARALLEL))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == "sequence parallel matches the single-process model on cpu"
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -126,6 +126,8 @@ class KVCache:
             self._rotations = torch.randn((H, D, half), generator=g, dtype=torch.float32).to(device=dev, dtype=dtype)
         self.generator = torch.Generator(device=dev).manual_seed(seed + 1)
         self.last_reads: StepReads | None = None
+        self.record_reads = True  # count each decode step's reads (a host read: off for graph capture)
+        self.decode_kernel = "auto"  # decode_step's kernel: "auto", "torch" or "triton"
 
     def __repr__(self) -> str:
         return (

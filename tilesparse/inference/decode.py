@@ -59,7 +59,7 @@ def attend_cached(attn, cache: KVCache, q: Tensor, k: Tensor, v: Tensor, decisio
         cache.append(k, v, dec)
         q_dec = Decisions(**{name: t for name, t in dec.items() if t is not None and name.startswith("q_")})
         if n == 1:
-            return decode_step(cache, q, q_dec, attn.scale)
+            return decode_step(cache, q, q_dec, attn.scale, kernel=cache.decode_kernel)
         return _chunk(attn, cache, q, q_dec)
 
 
@@ -75,13 +75,17 @@ def _chunk(attn, cache: KVCache, q: Tensor, q_dec: Decisions) -> Tensor:
     return attn(q, k, v, decisions=q_dec.merge(cache.key_decisions()).trusted(attn.spec))
 
 
-def decode_step(cache: KVCache, q: Tensor, q_dec: Decisions, scale: float | None) -> Tensor:
+def decode_step(cache: KVCache, q: Tensor, q_dec: Decisions, scale: float | None, *, kernel: str = "auto") -> Tensor:
     """The last cached token's queries q (B, H, 1, D), reading per query head only the keys of
-    its index group (see the module docstring); (B, H, 1, D) in q's dtype."""
+    its index group (see the module docstring); (B, H, 1, D) in q's dtype.
+
+    ``kernel``: "torch" (gathers, padded to the longest slice: one host read), "triton" (the
+    split-K kernel of ``tilesparse.backends.triton.decode``: no host read) or "auto" (triton
+    on CUDA, torch otherwise).
+    """
     B, H, _, D = q.shape
-    L, T = cache.length, cache.max_tokens
+    L = cache.length
     dev = q.device
-    group = H // cache.kv_heads
     scale = D**-0.5 if scale is None else scale
     dense = cache._dense.to(dev).view(1, H)
     # the query's group in the key index, and whether it is kept
@@ -94,16 +98,52 @@ def decode_step(cache: KVCache, q: Tensor, q_dec: Decisions, scale: float | None
     lo = cache.starts.gather(-1, qg.unsqueeze(-1)).squeeze(-1)
     count = cache.starts.gather(-1, (qg + 1).unsqueeze(-1)).squeeze(-1) - lo
     count = torch.where(q_keep, count, 0)
+    not_self = cache._hash is not None and not cache._hash.attend_self
+    qf = q[:, :, 0].float()
+    if cache.k_ids is not None:
+        qf = torch.where(dense.unsqueeze(-1), qf, qf * feature_mask(q_dec.q_support[:, :, 0], D, torch.float32))
+    if kernel == "auto":
+        kernel = "triton" if q.is_cuda and _triton_reasons(cache, not_self) == [] else "torch"
+    if kernel == "triton":
+        if reasons := _triton_reasons(cache, not_self):
+            raise ValueError("the triton decode kernel cannot run this cache: " + "; ".join(reasons))
+        from ..backends.triton.decode import decode_split
+
+        out = decode_split(
+            qf, cache.k, cache.v, cache.index, cache.slot, lo, count, scale,
+            k_ids=cache.k_ids, k_vals=cache.k_vals, self_pos=L - 1 if not_self else None,
+        )  # fmt: skip
+        if cache.record_reads:
+            _record_reads(cache, int(count.sum()), L)
+        return out.unsqueeze(2).to(q.dtype)
+    if kernel != "torch":
+        raise ValueError(f"kernel must be 'auto', 'torch' or 'triton', got {kernel!r}")
+    return _decode_torch(cache, q, qf, lo, count, dense, not_self, scale)
+
+
+def _triton_reasons(cache: KVCache, not_self: bool) -> list[str]:
+    reasons = []
+    if cache.k_ids is not None and bool(cache._dense.any()):
+        reasons.append("dense heads next to feature-sparse heads (PerHead over TopKFeatures) need both key forms")
+    if not_self and bool(cache._dense.any()):
+        reasons.append("dense heads next to attend_self=False heads read their own key")
+    return reasons
+
+
+def _decode_torch(cache: KVCache, q, qf, lo, count, dense, not_self, scale) -> Tensor:
+    B, H, _, D = q.shape
+    L, T = cache.length, cache.max_tokens
+    dev = q.device
+    group = H // cache.kv_heads
     R = max(int(count.max()), 1)
     j = torch.arange(R, device=dev)
     pos = cache.index.gather(2, (lo.unsqueeze(-1) + j).clamp(max=T - 1)).long()  # (B, H, R)
     valid = j < count.unsqueeze(-1)
-    if cache._hash is not None and not cache._hash.attend_self:
+    if not_self:
         valid &= (pos != L - 1) | dense.unsqueeze(-1)  # strictly earlier keys (Reformer)
     pos = torch.where(valid, pos, 0)
     kv_head = (torch.arange(H, device=dev) // group).view(1, H, 1).expand(B, H, R)
     slot = cache.slot[torch.arange(B, device=dev).view(B, 1, 1), kv_head, pos].long().clamp_min(0)
-    qf = q[:, :, 0].float()
     scores = torch.zeros((B, H, R), dtype=torch.float32, device=dev)
     if cache.k is not None:
         rows = _gather_rows(cache.k, kv_head, slot)
@@ -112,8 +152,7 @@ def decode_step(cache: KVCache, q: Tensor, q_dec: Decisions, scale: float | None
         b_idx, h_idx = torch.arange(B, device=dev).view(B, 1, 1), torch.arange(H, device=dev).view(1, H, 1)
         ids = cache.k_ids[b_idx, h_idx, pos].long()  # (B, H, R, k)
         vals = cache.k_vals[b_idx, h_idx, pos].float()
-        q_tilde = qf * feature_mask(q_dec.q_support[:, :, 0], D, torch.float32)
-        sparse = (q_tilde.unsqueeze(2).expand(-1, -1, R, -1).gather(-1, ids) * vals).sum(-1)
+        sparse = (qf.unsqueeze(2).expand(-1, -1, R, -1).gather(-1, ids) * vals).sum(-1)
         scores = torch.where(dense.unsqueeze(-1), scores, sparse)
     scores = torch.where(valid, scores * scale, float("-inf"))
     m = scores.amax(-1, keepdim=True)
@@ -121,7 +160,8 @@ def decode_step(cache: KVCache, q: Tensor, q_dec: Decisions, scale: float | None
     denom = p.sum(-1, keepdim=True)
     vrows = _gather_rows(cache.v, kv_head, slot).float()
     out = (p.unsqueeze(-1) * vrows).sum(2) / torch.where(denom == 0, 1.0, denom)
-    _record_reads(cache, valid, L)
+    if cache.record_reads:
+        _record_reads(cache, int(valid.sum()), L)
     return out.unsqueeze(2).to(q.dtype)
 
 
@@ -131,9 +171,9 @@ def _gather_rows(buf: Tensor, kv_head: Tensor, slot: Tensor) -> Tensor:
     return buf[torch.arange(B, device=buf.device).view(B, 1, 1), kv_head, slot]
 
 
-def _record_reads(cache: KVCache, valid: Tensor, L: int) -> None:
+def _record_reads(cache: KVCache, keys: int, L: int) -> None:
+    """The step's reads (a host read of the count: off while capturing a graph)."""
     esize = torch.finfo(cache.dtype).bits // 8
-    keys = int(valid.sum())
     k_bytes = cache.head_dim * esize if cache.k_ids is None else cache._topk.k * (2 + esize)
     cache.last_reads = StepReads(
         keys=keys,

@@ -96,6 +96,7 @@ class KVCache:
         parts = _parts(spec)
         self._dense = spec.dense_heads_mask(H)  # (H,) bool or None
         self._dense = torch.zeros(H, dtype=torch.bool) if self._dense is None else self._dense
+        self._dense_dev = self._dense.to(dev)  # on the device: no copy inside a captured step
         self._hash = next((p for p in parts if isinstance(p, Hash)), None)
         self._drop = next((p for p in parts if isinstance(p, QKDrop)), None)
         self._topk = next((p for p in parts if isinstance(p, TopKFeatures)), None)
@@ -173,7 +174,7 @@ class KVCache:
         if L + n > self.max_tokens:
             raise ValueError(f"the cache holds {L} of max_tokens={self.max_tokens} tokens; {n} more do not fit")
         H, group = self.heads, self.heads // self.kv_heads
-        dense = self._dense.to(self.device).view(1, H, 1)
+        dense = self._dense_dev.view(1, H, 1)
         keep = decisions.k_keep if self._drop else torch.ones((B, H, n), dtype=torch.bool, device=self.device)
         readable = keep | dense  # per query head: may a query of this head read the key
         # slots: a token is stored for a kv head when some query head of its group may read it
@@ -254,7 +255,7 @@ class KVCache:
         if self.k is not None:
             out.copy_(self._rows(self.k, L).repeat_interleave(group, dim=1))
         if self.k_ids is not None:
-            sparse = ~self._dense.to(self.device)
+            sparse = ~self._dense_dev
             kt = torch.zeros_like(out).scatter_(-1, self.k_ids[:, :, :L].long(), self.k_vals[:, :, :L])
             out[:, sparse] = kt[:, sparse]
         return out

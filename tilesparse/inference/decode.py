@@ -87,7 +87,7 @@ def decode_step(cache: KVCache, q: Tensor, q_dec: Decisions, scale: float | None
     L = cache.length
     dev = q.device
     scale = D**-0.5 if scale is None else scale
-    dense = cache._dense.to(dev).view(1, H)
+    dense = cache._dense_dev.view(1, H)
     # the query's group in the key index, and whether it is kept
     qg = torch.zeros((B, H), dtype=torch.int64, device=dev)
     if cache._hash is not None:

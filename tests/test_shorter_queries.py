@@ -109,3 +109,13 @@ def test_decisions_of_the_wrong_side_length_are_named():
     bad = ts.Decisions(q_bucket=dec.q_bucket, k_bucket=dec.k_bucket[:, :, :4])
     with pytest.raises(ValueError, match=r"decisions.k_bucket must have shape \(1, 2, 10\) \(B, H, Tk\)"):
         attn(q, k, k, decisions=bad)
+
+
+def test_explain_and_prepare_describe_shorter_queries():
+    attn = ts.compile(ts.Hybrid(parts=[ts.Hash(buckets=4), ts.QKDrop(keep=0.6)]), backend="executor")
+    q, k = torch.randn(1, 2, 20, 16), torch.randn(1, 2, 100, 16)
+    attn(q, k, k)
+    text = attn.explain(q, k, k)
+    assert "inputs: q (1, 2, 20, 16) k/v (1, 2, 100, 16)" in text and "last call, heads [0, 1]: visited" in text
+    p = attn.prepare(q, k, k, decisions=attn.decide(q, k))
+    assert "Tq=20, Tk=100" in repr(p) and tuple(ts.ir.to_dense(p).shape) == (1, 2, 20, 100)

@@ -23,6 +23,11 @@ on each chunk with the cache's generator, so their random draws differ from a wh
 call: pass decisions to compare against one. :meth:`KVCache.decide` is the same rule for any
 q, k (a whole sequence gives the per-token decisions a chunked fill makes).
 
+Graph capture: a decode step (``attn(q, k, v, cache=cache)`` with one token, decisions made by
+the cache or given with ``validate=False``) reads nothing back to the host when
+``cache.record_reads`` is False and ``kv_capacity == max_tokens``: appending is scatters, the
+Triton decode kernel's grid comes from the capacity.
+
 Exactness: the tokens' outputs equal the rows of the same op run on the whole sequence with
 the same decisions (tests/test_kv_cache.py, a property test over patterns, GQA, chunkings).
 """
@@ -180,7 +185,8 @@ class KVCache:
         # slots: a token is stored for a kv head when some query head of its group may read it
         stored = readable.view(B, Hkv, group, n).any(2)
         slots = self.n_slots.unsqueeze(-1) + stored.cumsum(-1) - 1  # (B, Hkv, n)
-        if int((self.n_slots + stored.sum(-1)).max()) > self.kv_capacity:
+        # a host read, only where slots can run out (kv_capacity < max_tokens)
+        if self.kv_capacity < self.max_tokens and int((self.n_slots + stored.sum(-1)).max()) > self.kv_capacity:
             raise ValueError(f"kv_capacity={self.kv_capacity} slots per kv head are full; make the cache larger")
         self.slot[:, :, L : L + n] = torch.where(stored, slots, -1).to(torch.int32)
         dump = torch.where(stored, slots, self.kv_capacity)  # unstored rows write past the end, dropped
@@ -218,7 +224,8 @@ class KVCache:
         B, H, n = bucket.shape
         G, T = self.n_groups, self.max_tokens
         valid = bucket >= 0
-        onehot = torch.nn.functional.one_hot(bucket.clamp_min(0), G) * valid.unsqueeze(-1)  # (B, H, n, G)
+        # (B, H, n, G); a comparison, not one_hot: one_hot reads its input's range back
+        onehot = ((bucket.unsqueeze(-1) == torch.arange(G, device=self.device)) & valid.unsqueeze(-1)).long()
         new_counts = onehot.sum(2)  # (B, H, G)
         old_counts = self.starts[..., 1:] - self.starts[..., :-1]
         new_starts = torch.nn.functional.pad((old_counts + new_counts).cumsum(-1), (1, 0))

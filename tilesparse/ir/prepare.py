@@ -148,7 +148,8 @@ class Prepared:
 
     def __repr__(self) -> str:
         inner = "\n  ".join(repr(g) for g in self.groups)
-        return f"Prepared(B={self.batch}, H={self.heads}, T={self.seqlen},\n  {inner})"
+        size = f"T={self.seqlen}" if self.q_len in (None, self.seqlen) else f"Tq={self.q_len}, Tk={self.seqlen}"
+        return f"Prepared(B={self.batch}, H={self.heads}, {size},\n  {inner})"
 
 
 def resolve_heads(program: Program, heads: int) -> list[tuple[int, ...]]:

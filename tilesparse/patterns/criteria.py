@@ -218,12 +218,10 @@ def pending_hash(q_bucket: Tensor | None) -> PendingHash | None:
     return None
 
 
-def _kernel_hashes(q: Tensor, buckets: int, k_len: int) -> bool:
+def _kernel_hashes(q: Tensor, buckets: int) -> bool:
     """Whether ``lsh`` hashes with the registered kernel here (never on the fake tensors a
     torch.compile trace runs the criterion on: they have no memory for a kernel)."""
     if _LSH_KERNEL is None or not q.is_cuda or is_fake(q):
-        return False
-    if q.shape[2] != k_len:  # the kernel hashes equal-length q and k
         return False
     B, H, T, D = q.shape
     return not _LSH_KERNEL[0](q.device.type, D, buckets, B * H * T)
@@ -248,7 +246,8 @@ def lsh(q: Tensor, k: Tensor, /, *, buckets: int, generator: torch.Generator | N
         return z, torch.zeros((B, H, k.shape[2]), dtype=torch.int32, device=q.device)
     half = math.ceil(buckets / 2)
     rot = torch.randn((H, D, half), generator=generator, device=q.device, dtype=torch.float32).to(q.dtype)
-    if _kernel_hashes(q, buckets, k.shape[2]):
+    # the kernel hashes equal-length q and k
+    if q.shape[2] == k.shape[2] and _kernel_hashes(q, buckets):
         qb, kb = (torch.empty((B, H, T), dtype=torch.int32, device=q.device) for _ in range(2))
         pending = PendingHash(q, k, rot.float(), buckets, qb, kb)
         if (deferred := _DEFERRED.get()) is not None:

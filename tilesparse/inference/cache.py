@@ -272,6 +272,8 @@ class KVCache:
         return self._rows(self.v, self.length if length is None else length)
 
     def _rows(self, buf: Tensor, L: int) -> Tensor:
+        if self._drop is None:  # every token stored: slot == position, a view
+            return buf[:, :, :L]
         slot = self.slot[:, :, :L].long()
         rows = torch.gather(buf, 2, slot.clamp_min(0).unsqueeze(-1).expand(-1, -1, -1, self.head_dim))
         return torch.where((slot >= 0).unsqueeze(-1), rows, 0)

@@ -51,7 +51,8 @@ def test_kernel_equals_torch_decode_and_the_whole_sequence(data, spec, blocks):
         attn(x(q, head), x(k, head), x(v, head), cache=cache,
              decisions=ts.Decisions(**{n: None if t is None else t[:, :, head] for n, t in dec.items()}))  # fmt: skip
     last = slice(T - 1, T)
-    cache.append(x(k, last), x(v, last), ts.Decisions(**{n: None if t is None else t[:, :, last] for n, t in dec.items()}))
+    last_dec = ts.Decisions(**{n: None if t is None else t[:, :, last] for n, t in dec.items()})
+    cache.append(x(k, last), x(v, last), last_dec)
     want = attn(q, k, v, decisions=dec)[:, :, -1:]
     q_dec = _q_dec(dec, T - 1)
     torch_out = decode_step(cache, x(q, last), q_dec, None, kernel="torch")

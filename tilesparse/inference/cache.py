@@ -109,7 +109,9 @@ class KVCache:
             raise ValueError(f"TopKFeatures.k={self._topk.k} exceeds the head dim D={D}")
         # dense K is kept for kv heads whose group has a query head scoring on all features
         group = H // Hkv
-        self._dense_k = ~torch.zeros(Hkv, dtype=torch.bool) if self._topk is None else self._dense.view(Hkv, group).any(1)
+        self._dense_k = self._dense.view(Hkv, group).any(1)
+        if self._topk is None:
+            self._dense_k = torch.ones(Hkv, dtype=torch.bool)
         self.v = torch.zeros((B, Hkv, cap, D), dtype=dtype, device=dev)
         self.k = torch.zeros((B, Hkv, cap, D), dtype=dtype, device=dev) if bool(self._dense_k.any()) else None
         self.slot = torch.full((B, Hkv, T), -1, dtype=torch.int32, device=dev)  # position -> slot, -1 not stored

@@ -264,7 +264,8 @@ def _wrong_inputs():
             r"k and v must have the same shape, got \(1, 4, 16, 16\) and \(1, 2, 16, 16\)",
             None,
         ),
-        ((q, k[:, :, :8], v[:, :, :8]), ValueError, r"k must be \(B=1, Hkv, T=16, D=16\) to match q", "same"),
+        ((q, k[:, :, :8], v[:, :, :8]), ValueError, r"q has Tq=16 rows but k has Tk=8: Tq must be <= Tk", "same"),
+        ((q, k[:, :, :, :8], v[:, :, :, :8]), ValueError, r"k must be \(B=1, Hkv, Tk, D=16\) to match q", "same"),
         (
             (q, k[:, :3], v[:, :3]),
             ValueError,

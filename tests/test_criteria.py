@@ -218,7 +218,7 @@ def _bad(produces, out):
             "support",
             lambda q: (torch.zeros((*q.shape[:3], 3), dtype=torch.int64),) * 2,
             ValueError,
-            "q_side must have shape (1, 2, 24, 2) (B, H, T, k)",
+            "q_side must have shape (1, 2, 24, 2) (B, H, Tq, k)",
         ),
         (
             "support",

@@ -28,12 +28,13 @@ def _buckets(spec):
 @given(data=st.data())
 def test_every_drawn_decision_set_is_accepted(data):
     shape = data.draw(st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 40), st.sampled_from([8, 16])))
+    k_len = data.draw(st.integers(shape[2], 48))  # keys at least as many as queries
     spec = data.draw(specs(heads=shape[1], max_k=shape[3]))
-    dec = data.draw(decisions(spec, shape))
+    dec = data.draw(decisions(spec, shape, k_len=k_len))
     buckets, k = _buckets(spec)
     check_decisions(
-        dec, needed=spec.decision_fields, batch=shape[0], heads=shape[1], seqlen=shape[2], head_dim=shape[3],
-        device=torch.device("cpu"), buckets=buckets, support_k=k,
+        dec, needed=spec.decision_fields, batch=shape[0], heads=shape[1], q_len=shape[2], k_len=k_len,
+        head_dim=shape[3], device=torch.device("cpu"), buckets=buckets, support_k=k,
     )  # fmt: skip
 
 
@@ -49,7 +50,7 @@ def hash_dec(**over):
 
 def check(dec, needed=frozenset({"q_bucket", "k_bucket"}), buckets=4, support_k=None, values=True):
     check_decisions(
-        dec, needed=needed, batch=B, heads=H, seqlen=T, head_dim=D, device=torch.device("cpu"),
+        dec, needed=needed, batch=B, heads=H, q_len=T, k_len=T, head_dim=D, device=torch.device("cpu"),
         buckets=buckets, support_k=support_k, values=values,
     )  # fmt: skip
 
@@ -71,7 +72,7 @@ SUPPORT = frozenset({"q_support", "k_support"})
             {"q_bucket": torch.zeros(B, H, T + 1, dtype=torch.int32)},
             {},
             ValueError,
-            "decisions.q_bucket must have shape (2, 3, 10) (B, H, T), H the query heads; got (2, 3, 11)",
+            "decisions.q_bucket must have shape (2, 3, 10) (B, H, Tq), H the query heads; got (2, 3, 11)",
         ),
         ({"k_bucket": torch.zeros(B, 1, T, dtype=torch.int32)}, {}, ValueError, "got (2, 1, 10)"),
         (
@@ -126,7 +127,7 @@ SUPPORT = frozenset({"q_support", "k_support"})
             },
             {"needed": SUPPORT, "support_k": 2},
             ValueError,
-            "decisions.q_support must have shape (2, 3, 10, 2) (B, H, T, k)",
+            "decisions.q_support must have shape (2, 3, 10, 2) (B, H, Tq, k)",
         ),
         (
             {

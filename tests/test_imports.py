@@ -28,7 +28,7 @@ LAYERS: dict[str, set[str]] = {
     "backends": {"ir"},
     "planner": {"patterns", "ir", "backends"},
 }
-LIBRARY_PACKAGES = {"patterns", "ir", "backends", "planner", "api", "__init__", "__main__", "cli", "bench"}
+LIBRARY_PACKAGES = {"patterns", "ir", "backends", "planner", "api", "inference", "__init__", "__main__", "cli", "bench"}
 
 
 def module_name(path: Path, root: Path) -> str:

@@ -9,6 +9,7 @@ Declare a pattern as a spec, ``compile`` it, call it like F.scaled_dot_product_a
 
 from . import backends as _backends  # noqa: F401  (registers the backends)
 from .api import CompiledAttention, compile
+from .inference import KVCache
 from .patterns import (
     Decisions,
     Dense,
@@ -30,6 +31,7 @@ __all__ = [
     "Dense",
     "Hash",
     "Hybrid",
+    "KVCache",
     "NoBackendError",
     "PerHead",
     "QKDrop",

@@ -19,6 +19,7 @@ from torch import Tensor
 from . import library
 from .backends import cupy as cupy_backend
 from .backends.reference import feature_mask, masked_attention
+from .inference import KVCache, attend_cached
 from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, lower, tile_stats
 from .patterns import Decisions, SpecBase, check_decisions, parse_spec
 from .patterns.criteria import deferred_lsh, pending_hash, register_lsh_kernel
@@ -84,7 +85,7 @@ class CompiledAttention:
     # -- decisions --------------------------------------------------------------------------
 
     def decide(self, q: Tensor, k: Tensor, *, generator: torch.Generator | None = None) -> Decisions:
-        """The decisions the spec's criteria make for q (B, H, T, D) and k (B, Hkv, T, D)."""
+        """The decisions the spec's criteria make for q (B, H, Tq, D) and k (B, Hkv, Tk, D)."""
         inputs = check_inputs(q, k, k, scale=self.scale)
         self._check_spec_fits(inputs)
         return self._decide(inputs, generator)
@@ -108,7 +109,8 @@ class CompiledAttention:
             needed=self.spec.decision_fields,
             batch=inputs.batch,
             heads=inputs.heads,
-            seqlen=inputs.seqlen,
+            q_len=inputs.q_len,
+            k_len=inputs.k_len,
             head_dim=inputs.head_dim,
             device=inputs.device,
             buckets=_buckets(self.spec),
@@ -127,7 +129,8 @@ class CompiledAttention:
     def _plan(self, inputs: AttentionInputs, *, decides: bool) -> Plan:
         key = (
             inputs.dtype, inputs.device, inputs.heads, inputs.kv_heads, inputs.head_dim, inputs.requires_grad,
-            _size_bucket(inputs.batch), _size_bucket(inputs.seqlen), decides,
+            _size_bucket(inputs.batch), _size_bucket(inputs.seqlen), _size_bucket(inputs.q_len),
+            inputs.q_len == inputs.k_len, decides,
         )  # fmt: skip
         plan = self._plans.get(key)
         if plan is None:
@@ -148,12 +151,18 @@ class CompiledAttention:
         *,
         decisions: Decisions | None = None,
         generator: torch.Generator | None = None,
+        cache: KVCache | None = None,
     ) -> Tensor:
-        """Attention of q (B, H, T, D) over k, v (B, Hkv, T, D) under the pattern.
+        """Attention of q (B, H, Tq, D) over k, v (B, Hkv, Tk, D) under the pattern, Tq <= Tk:
+        query i sits at absolute position Tk - Tq + i (bottom-right, as FlashAttention).
 
         ``decisions`` overrides the criteria (deterministic); otherwise they run on q and k,
-        drawing from ``generator`` where they are random.
+        drawing from ``generator`` where they are random. With ``cache`` (:meth:`new_cache`),
+        k and v are the n new tokens of q: they are appended, then q attends to every cached
+        token (decisions, if given, are the new tokens' own: (B, H, n) each side).
         """
+        if cache is not None:
+            return attend_cached(self, cache, q, k, v, decisions)
         if isinstance(q, Tensor) and torch.is_autocast_enabled(q.device.type):
             dtype = torch.get_autocast_dtype(q.device.type)
             q, k, v = (t.to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t for t in (q, k, v))
@@ -227,7 +236,30 @@ class CompiledAttention:
             g if g is not None else a.backend.prepare(plan.program, a.group, a.heads, _with_dense_heads(dec, a.dense_heads), inputs)
             for a, g in zip(plan.assignments, prepared, strict=True)
         )
-        return Prepared(plan.program, groups, inputs.batch, inputs.heads, inputs.seqlen)
+        return Prepared(plan.program, groups, inputs.batch, inputs.heads, inputs.seqlen, inputs.q_len)
+
+    def new_cache(
+        self,
+        batch: int,
+        max_tokens: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        *,
+        heads: int | None = None,
+        kv_capacity: int | None = None,
+        seed: int = 0,
+    ) -> KVCache:
+        """An empty :class:`tilesparse.KVCache` for this op: ``batch`` sequences of up to
+        ``max_tokens`` tokens, ``heads`` query heads (default ``kv_heads``); ``kv_capacity``
+        slots per kv head (default ``max_tokens``; fewer when QKDrop leaves keys unstored);
+        ``seed`` draws the lsh rotations and the other criteria's randomness."""
+        return KVCache(
+            self.spec, causal=self.causal, batch=batch, max_tokens=max_tokens,
+            heads=kv_heads if heads is None else heads, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype,
+            device=device, kv_capacity=kv_capacity, seed=seed,
+        )  # fmt: skip
 
     # -- the semantics ------------------------------------------------------------------------
 
@@ -316,19 +348,21 @@ def _size_bucket(n: int) -> int:
 def dense_mask(
     spec: SpecBase, dec: Decisions, *, causal: bool, inputs: AttentionInputs, rows: tuple[int, int] | None = None
 ) -> Tensor | None:
-    """(B, H, R, T) bool element mask of ``spec`` over ``dec`` for query rows ``rows``
-    (default all: R = T); None when everything is kept."""
-    B, H, T = inputs.batch, inputs.heads, inputs.seqlen
-    r0, r1 = rows or (0, T)
+    """(B, H, R, Tk) bool element mask of ``spec`` over ``dec`` for query rows ``rows``
+    (default all: R = Tq); None when everything is kept. Query row i sits at absolute position
+    Tk - Tq + i, so causality keeps j <= Tk - Tq + i (bottom-right)."""
+    B, H, T = inputs.batch, inputs.heads, inputs.k_len
+    off = inputs.q_offset
+    r0, r1 = rows or (0, inputs.q_len)
     dev = inputs.device
     b = torch.arange(B, device=dev).view(B, 1, 1, 1)
     h = torch.arange(H, device=dev).view(1, H, 1, 1)
     i = torch.arange(r0, r1, device=dev).view(1, 1, r1 - r0, 1)
     j = torch.arange(T, device=dev).view(1, 1, 1, T)
-    mod = spec.mask_mod(dec)
+    mod = spec.mask_mod(dec, off)
     mask = None if mod is None else mod(b, h, i, j).expand(B, H, r1 - r0, T)
     if causal:
-        c = (j <= i).expand(B, H, r1 - r0, T)
+        c = (j <= i + off).expand(B, H, r1 - r0, T)
         mask = c if mask is None else mask & c
     return mask
 

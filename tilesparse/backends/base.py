@@ -91,7 +91,7 @@ class Backend(ABC):
         backend fuses them into kernels of its own."""
         return prepare_group(
             program, group, heads, decisions,
-            batch=inputs.batch, heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,
+            batch=inputs.batch, heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device, q_len=inputs.q_len,
         )  # fmt: skip
 
     def prepare_hashing(
@@ -112,7 +112,7 @@ class Backend(ABC):
 
     @abstractmethod
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
-        """(B, Hg, T, D) output of the group's heads, differentiable w.r.t. q, k, v."""
+        """(B, Hg, Tq, D) output of the group's heads, differentiable w.r.t. q, k, v."""
 
     def __repr__(self) -> str:
         return f"<backend {self.NAME}>"

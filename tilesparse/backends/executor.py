@@ -34,7 +34,8 @@ class ExecutorBackend(Backend):
 
 
 def tile_attention(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float) -> Tensor:
-    """(B, Hg, T, D) attention of group ``g``'s heads, differentiable w.r.t. q, k, v."""
+    """(B, Hg, Tq, D) attention of group ``g``'s heads over k, v (B, Hkv, Tk, D), differentiable
+    w.r.t. q, k, v."""
     return _TileAttention.apply(q, k, v, g, scale)
 
 
@@ -63,15 +64,16 @@ class _Walk:
             self.k_bucket[None, cols],
         )
 
-    def tiles(self, ranges: Tensor, nseg: Tensor, block: int, width: int, T: int):
-        """Yield (block index, rows, [(cols, masked), ...]) in visiting order."""
+    def tiles(self, ranges: Tensor, nseg: Tensor, block: int, width: int, n_rows: int, n_cols: int):
+        """Yield (block index, rows, [(cols, masked), ...]) in visiting order; ``n_rows`` rows
+        on this side, ``n_cols`` on the other."""
         iv = tile_intervals(ranges, nseg, width).tolist()
         for m in range(ranges.shape[0]):
-            rows = torch.arange(m * block, min(T, (m + 1) * block), device=ranges.device)
+            rows = torch.arange(m * block, min(n_rows, (m + 1) * block), device=ranges.device)
             tiles = []
             for lo, f0, f1, hi in iv[m][: int(nseg[m])]:
                 for n in range(lo, hi):
-                    cols = torch.arange(n * width, min(T, (n + 1) * width), device=ranges.device)
+                    cols = torch.arange(n * width, min(n_cols, (n + 1) * width), device=ranges.device)
                     tiles.append((cols, not f0 <= n < f1))
             yield m, rows, tiles
 
@@ -80,6 +82,7 @@ class _TileAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, g: PreparedGroup, scale: float):
         B, _, T, D = q.shape
+        Tk = k.shape[2]
         Hg = len(g.heads)
         out = torch.zeros((B, Hg, T, D), dtype=torch.float32, device=q.device)
         lse = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
@@ -89,7 +92,7 @@ class _TileAttention(torch.autograd.Function):
                 Q = _sparsify(q[b, w.h].float(), w.fq)
                 K = _sparsify(k[b, w.hk].float(), w.fk)
                 V = v[b, w.hk].float()
-                for _, rows, tiles in w.tiles(g.q_ranges[b, hg], g.q_nseg[b, hg], g.block_q, g.block_k, T):
+                for _, rows, tiles in w.tiles(g.q_ranges[b, hg], g.q_nseg[b, hg], g.block_q, g.block_k, T, Tk):
                     qr = Q[w.q_order[rows]]
                     m_i = torch.full((len(rows),), float("-inf"), device=q.device)
                     l_i = torch.zeros(len(rows), device=q.device)
@@ -117,6 +120,7 @@ class _TileAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         g, scale = ctx.g, ctx.scale
         B, _, T, D = q.shape
+        Tk = k.shape[2]
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         dk = torch.zeros(k.shape, dtype=torch.float32, device=q.device)
         dv = torch.zeros(v.shape, dtype=torch.float32, device=q.device)
@@ -130,9 +134,9 @@ class _TileAttention(torch.autograd.Function):
                 V = v[b, w.hk].float()
                 dO, Di, L = dout[b, hg], delta[b, hg], lse[b, hg]
                 # dK, dV: key blocks against their query-row ranges
-                dK = torch.zeros((T, D), device=q.device)
-                dV = torch.zeros((T, D), device=q.device)
-                for _, cols, tiles in w.tiles(g.k_ranges[b, hg], g.k_nseg[b, hg], g.block_k, g.block_q, T):
+                dK = torch.zeros((Tk, D), device=q.device)
+                dV = torch.zeros((Tk, D), device=q.device)
+                for _, cols, tiles in w.tiles(g.k_ranges[b, hg], g.k_nseg[b, hg], g.block_k, g.block_q, Tk, T):
                     kc, vc = K[w.k_order[cols]], V[w.k_order[cols]]
                     dk_acc = torch.zeros((len(cols), D), device=q.device)
                     dv_acc = torch.zeros((len(cols), D), device=q.device)
@@ -146,7 +150,7 @@ class _TileAttention(torch.autograd.Function):
                 dv[b, w.hk] += dV
                 # dQ: query blocks against their key-row ranges
                 dQ = torch.zeros((T, D), device=q.device)
-                for _, rows, tiles in w.tiles(g.q_ranges[b, hg], g.q_nseg[b, hg], g.block_q, g.block_k, T):
+                for _, rows, tiles in w.tiles(g.q_ranges[b, hg], g.q_nseg[b, hg], g.block_q, g.block_k, T, Tk):
                     dq_acc = torch.zeros((len(rows), D), device=q.device)
                     for cols, masked in tiles:
                         kc, vc = K[w.k_order[cols]], V[w.k_order[cols]]

@@ -6,12 +6,18 @@ outside the supports zeroed, so autograd sends gradients to the kept entries onl
 the cuDNN kernel is tried first, then flash, then torch's others: on the H200 cuDNN runs dense
 causal attention 1.6x faster than flash (benchmarks/results/bench_full_d64_h200.json), and
 torch's own order may prefer flash.
+
+With queries shorter than keys (Tq < Tk) causality is bottom-right (query i at absolute position
+Tk - Tq + i), while ``is_causal=True`` aligns top-left when Tq != Tk: such a call passes the
+bottom-right mask explicitly (a (Tq, Tk) bool ``attn_mask``; none at all for Tq = 1, whose row
+sees every key), so it stays exact.
 """
 
 from __future__ import annotations
 
 import contextlib
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -20,7 +26,7 @@ from ..ir import AttentionInputs, Causal, DotScore, HeadGroup, Layout, PreparedG
 from .base import Backend, register, select_heads
 from .reference import feature_mask, kv_for_heads
 
-__all__ = ["SdpaBackend"]
+__all__ = ["SdpaBackend", "bottom_right_causal"]
 
 # on CUDA: cuDNN first; torch skips a backend that cannot take the inputs
 CUDA_PRIORITY = [
@@ -84,8 +90,23 @@ class SdpaBackend(Backend):
             k = k * feature_mask(k_support, D, k.dtype)
         gqa = q.shape[1] != k.shape[1]
         causal = group.causal is not None
+        mask = None
+        if causal and inputs.q_len != inputs.k_len:
+            causal, mask = False, bottom_right_causal(inputs.q_len, inputs.k_len, q.device)
         with sdpa_kernel(CUDA_PRIORITY, set_priority=True) if q.is_cuda else contextlib.nullcontext():
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=inputs.scale, enable_gqa=gqa)
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=causal, scale=inputs.scale, enable_gqa=gqa
+            )
+
+
+def bottom_right_causal(q_len: int, k_len: int, device) -> Tensor | None:
+    """(Tq, Tk) bool mask keeping key j for query i when j <= Tk - Tq + i; None for Tq = 1
+    (the last position sees every key)."""
+    if q_len == 1:
+        return None
+    i = torch.arange(q_len, device=device).view(q_len, 1)
+    j = torch.arange(k_len, device=device).view(1, k_len)
+    return j <= i + (k_len - q_len)
 
 
 register(SdpaBackend())

@@ -22,6 +22,7 @@ from torch import Tensor
 from .. import Dense, Hash, Hybrid, NoBackendError, PerHead, QKDrop, TopKFeatures, compile
 from ..ir import to_string, verify
 from ..patterns import SpecBase
+from .decode_demo import show_decode
 from .inputs import add_input_arguments, criteria_generator, random_inputs
 from .report import TILE_LEGEND, make_console, tile_stats_of, visited_fraction
 
@@ -146,6 +147,14 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"FAILED: {e}", style="bold red")
             outcomes.append(Outcome(label, args.backend, failures=[str(e)], refused=True))
 
+    console.rule("decode against a KV cache")
+    try:
+        decode_failures = show_decode(args, q, k, v, console, atol=4e-3 if q.dtype != torch.float32 else 1e-4)
+    except NoBackendError as e:
+        decode_failures = [f"decode: {e}"]
+    for f in decode_failures:
+        console.print(f"FAILED: {f}", style="bold red")
+
     console.rule("summary")
     backends = ", ".join(sorted({o.backend for o in outcomes}))
     table = Table(title=f"every pattern on {backends} against attn.reference ({time.perf_counter() - start:.1f} s)")
@@ -157,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         table.add_row(o.label, *cells, o.status, style=None if o.status == "ok" else "bold red")
     console.print(table)
-    failed = [o.label for o in outcomes if o.status != "ok"]
+    failed = [o.label for o in outcomes if o.status != "ok"] + (["decode"] if decode_failures else [])
     if failed:
         console.print(f"FAILED: {', '.join(failed)}", style="bold red")
         return 1

@@ -14,7 +14,10 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 @dataclass(frozen=True, eq=False)
 class AttentionInputs:
-    """q (B, H, T, D); k, v (B, Hkv, T, D) with H % Hkv == 0, as in F.scaled_dot_product_attention."""
+    """q (B, H, Tq, D); k, v (B, Hkv, Tk, D) with H % Hkv == 0 and Tq <= Tk, as in
+    F.scaled_dot_product_attention; query i sits at absolute position Tk - Tq + i (bottom-right,
+    as FlashAttention), so Tq == Tk is the training case and Tq < Tk a prefill or decode step
+    against earlier keys."""
 
     q: Tensor
     k: Tensor
@@ -39,8 +42,24 @@ class AttentionInputs:
         return self.heads // self.kv_heads
 
     @property
-    def seqlen(self) -> int:
+    def q_len(self) -> int:
+        """Tq, the query rows."""
         return self.q.shape[2]
+
+    @property
+    def k_len(self) -> int:
+        """Tk, the key rows: the sequence the queries are the last Tq positions of."""
+        return self.k.shape[2]
+
+    @property
+    def seqlen(self) -> int:
+        """The sequence length: Tk (the keys); equal to :attr:`q_len` in training."""
+        return self.k.shape[2]
+
+    @property
+    def q_offset(self) -> int:
+        """Tk - Tq: the absolute position of query row 0."""
+        return self.k.shape[2] - self.q.shape[2]
 
     @property
     def head_dim(self) -> int:
@@ -59,7 +78,7 @@ class AttentionInputs:
         return torch.is_grad_enabled() and any(t.requires_grad for t in (self.q, self.k, self.v))
 
     def k_per_query_head(self) -> Tensor:
-        """k expanded to (B, H, T, D): a copy when grouped-query attention is used."""
+        """k expanded to (B, H, Tk, D): a copy when grouped-query attention is used."""
         return _expand(self.k, self.group)
 
     def v_per_query_head(self) -> Tensor:
@@ -88,9 +107,14 @@ def check_inputs(q: object, k: object, v: object, *, scale: float | None = None)
     B, H, T, D = q.shape
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if k.shape[0] != B or k.shape[2] != T or k.shape[3] != D:
+    if k.shape[0] != B or k.shape[3] != D:
         raise ValueError(
-            f"k must be (B={B}, Hkv, T={T}, D={D}) to match q {tuple(q.shape)}, got {tuple(k.shape)}"
+            f"k must be (B={B}, Hkv, Tk, D={D}) to match q {tuple(q.shape)}, got {tuple(k.shape)}"
+        )
+    if k.shape[2] < T:
+        raise ValueError(
+            f"q has Tq={T} rows but k has Tk={k.shape[2]}: Tq must be <= Tk (query i sits at absolute "
+            f"position Tk - Tq + i); pass the keys of every earlier position too"
         )
     Hkv = k.shape[1]
     if Hkv == 0 or H % Hkv:

@@ -1,7 +1,7 @@
 """Looking at a prepared program: the dense mask it stands for, its tile map, its sparsity.
 
 Everything here is for tests, ``explain()`` and the demo: :func:`to_dense` builds a T x T
-mask, the tile functions work one query block at a time (memory T x block, not T x T).
+mask (Tq x Tk), the tile functions work one query block at a time (memory T x block, not T x T).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ EMPTY, PARTIAL, FULL = 0, 1, 2
 
 
 def layout_mask_rows(g: PreparedGroup, r0: int, r1: int, *, by_keys: bool = False) -> Tensor:
-    """(B, Hg, r1 - r0, T) bool: the element mask of query rows [r0, r1) against every key row,
+    """(B, Hg, r1 - r0, Tk) bool: the element mask of query rows [r0, r1) against every key row,
     both in layout order, evaluated from the index tensors alone. ``by_keys``: key rows
     [r0, r1) against every query row (the backward pass's view)."""
     rows, cols = (slice(r0, r1), None), (None, slice(None))
@@ -57,8 +57,7 @@ def element_mask(predicates, q_pos: Tensor, k_pos: Tensor, q_bucket: Tensor, k_b
 
 
 def _group_to_dense(g: PreparedGroup) -> Tensor:
-    T = g.seqlen
-    lm = layout_mask_rows(g, 0, T)
+    lm = layout_mask_rows(g, 0, g.q_len)
     inv_q = torch.argsort(g.q_order.to(torch.int64), dim=-1)
     inv_k = torch.argsort(g.k_order.to(torch.int64), dim=-1)
     rows = torch.gather(lm, 2, inv_q.unsqueeze(-1).expand_as(lm))
@@ -66,10 +65,11 @@ def _group_to_dense(g: PreparedGroup) -> Tensor:
 
 
 def to_dense(p: Prepared | PreparedGroup) -> Tensor:
-    """The element mask, (B, H, T, T) bool in original positions ((B, Hg, T, T) for a group)."""
+    """The element mask, (B, H, Tq, Tk) bool in original rows ((B, Hg, Tq, Tk) for a group)."""
     if isinstance(p, PreparedGroup):
         return _group_to_dense(p)
-    out = torch.zeros((p.batch, p.heads, p.seqlen, p.seqlen), dtype=torch.bool, device=_device(p))
+    tq = p.seqlen if p.q_len is None else p.q_len
+    out = torch.zeros((p.batch, p.heads, tq, p.seqlen), dtype=torch.bool, device=_device(p))
     for g in p.groups:
         out[:, list(g.heads)] = _group_to_dense(g)
     return out
@@ -82,18 +82,18 @@ def _device(p: Prepared) -> torch.device:
 def _tile_counts(g: PreparedGroup, block_n: int, by_keys: bool = False) -> tuple[Tensor, Tensor]:
     """(kept elements, in-bounds elements) per (query block, key tile), layout order; with
     ``by_keys`` per (key block, query tile)."""
-    T = g.seqlen
+    T_rows, T_cols = (g.k_len, g.q_len) if by_keys else (g.q_len, g.k_len)
     bq = g.block_k if by_keys else g.block_q
-    nq, nk = -(-T // bq), -(-T // block_n)
+    nq, nk = -(-T_rows // bq), -(-T_cols // block_n)
     B, Hg = g.q_order.shape[:2]
     kept = torch.zeros((B, Hg, nq, nk), dtype=torch.int64, device=g.q_order.device)
-    pad = nk * block_n - T
+    pad = nk * block_n - T_cols
     for m in range(nq):
-        r0, r1 = m * bq, min(T, (m + 1) * bq)
+        r0, r1 = m * bq, min(T_rows, (m + 1) * bq)
         rows = torch.nn.functional.pad(layout_mask_rows(g, r0, r1, by_keys=by_keys), (0, pad))
         kept[:, :, m] = rows.view(B, Hg, r1 - r0, nk, block_n).sum(dim=(2, 4))
-    q_rows = torch.clamp(T - torch.arange(nq) * bq, max=bq)
-    k_cols = torch.clamp(T - torch.arange(nk) * block_n, max=block_n)
+    q_rows = torch.clamp(T_rows - torch.arange(nq) * bq, max=bq)
+    k_cols = torch.clamp(T_cols - torch.arange(nk) * block_n, max=block_n)
     size = (q_rows[:, None] * k_cols[None, :]).to(kept.device)
     return kept, size
 
@@ -118,13 +118,14 @@ def tile_stats(g: PreparedGroup, block_n: int | None = None, *, exact: bool = Tr
     """Visited, unmasked and (with ``exact``) ideal tile counts for query blocks x key tiles
     ``block_n`` wide, and the visited fraction of the dense causal tile count."""
     bn = block_n or g.block_k
-    T = g.seqlen
+    T = g.k_len
     nk = -(-T // bn)
     visited, unmasked = visited_tiles(g.q_ranges, g.q_nseg, bn, nk)
     B, Hg = g.q_order.shape[:2]
     nq = g.num_q_blocks
     if g.group.causal is not None:
-        qi = torch.arange(nq)[:, None] * g.block_q + g.block_q - 1
+        # the last absolute position of each query block
+        qi = torch.arange(nq)[:, None] * g.block_q + g.block_q - 1 + g.q_offset
         dense = int(((torch.arange(nk)[None, :] * bn) <= qi.clamp(max=T - 1)).sum()) * B * Hg
     else:
         dense = nq * nk * B * Hg

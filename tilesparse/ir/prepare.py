@@ -11,6 +11,11 @@ searches; no T x T tensor anywhere):
    ``(lo, full_lo, full_hi, hi)``; the same for key blocks (``block_k`` rows) against the query
    layout, for the dK/dV pass.
 
+With queries shorter than keys (Tq <= Tk) query row i sits at absolute position Tk - Tq + i:
+``q_pos`` holds absolute positions, so every predicate (causality included) compares positions
+on one axis and the kernels need no offset; sort keys use Tk as the position span for both
+sides.
+
 Ranges are in *rows*, not blocks, so a kernel picks its own tile width ``BN`` along the other
 side: it visits tiles ``[lo // BN, ceil(hi / BN))``, skipping any tile an earlier segment of the
 same block already visited, and runs tiles ``[ceil(full_lo / BN), full_hi // BN)`` without
@@ -49,15 +54,16 @@ DROPPED_K_BUCKET = -2
 
 @dataclass(frozen=True, eq=False)
 class PreparedGroup:
-    """Index tensors of one head group; ``Hg = len(heads)``, L the padded row count (= T).
+    """Index tensors of one head group; ``Hg = len(heads)``, Tq query rows, Tk = ``seqlen`` key rows.
 
-    ============ ================= ==========================================================
-    q_order      (B, Hg, T) int32  layout row r reads original row q_order[r] (a permutation)
-    q_pos        (B, Hg, T) int32  original position of row r; -1 when the query is dropped
-    q_bucket     (B, Hg, T) int32  bucket of row r; -1 when dropped
-    k_order      (B, Hg, T) int32  as q_order, for keys (and values)
-    k_pos        (B, Hg, T) int32  as q_pos; KEY_SENTINEL when the key is dropped
-    k_bucket     (B, Hg, T) int32  as q_bucket; -2 when dropped
+    ============ ================== =========================================================
+    q_order      (B, Hg, Tq) int32  layout row r reads original row q_order[r] (a permutation)
+    q_pos        (B, Hg, Tq) int32  absolute position of row r (Tk - Tq + q_order[r]); -1
+                                    when the query is dropped
+    q_bucket     (B, Hg, Tq) int32  bucket of row r; -1 when dropped
+    k_order      (B, Hg, Tk) int32  as q_order, for keys (and values)
+    k_pos        (B, Hg, Tk) int32  as q_pos (= k_order); KEY_SENTINEL when the key is dropped
+    k_bucket     (B, Hg, Tk) int32  as q_bucket; -2 when dropped
     q_ranges     (B, Hg, nQB, S, 4) int32  per query block and segment: key rows
                                    (lo, full_lo, full_hi, hi); slots >= q_nseg are zero
     q_nseg       (B, Hg, nQB) int32  segments of each query block
@@ -69,8 +75,8 @@ class PreparedGroup:
 
     The dense mask it stands for, rebuilt from these tensors (what :meth:`to_dense` does)::
 
-        for r in range(T):                 # query rows, layout order
-            for c in range(T):             # key rows, layout order
+        for r in range(Tq):                # query rows, layout order
+            for c in range(Tk):            # key rows, layout order
                 i, j = q_order[r], k_order[c]
                 mask[i, j] = (q_pos[r] >= 0 and k_pos[c] != KEY_SENTINEL
                               and all(p(q_pos[r], k_pos[c], q_bucket[r], k_bucket[c])
@@ -97,6 +103,20 @@ class PreparedGroup:
     k_support: Tensor | None = None
 
     @property
+    def q_len(self) -> int:
+        """Tq, the query rows (``seqlen`` is Tk, the key rows)."""
+        return self.q_order.shape[2]
+
+    @property
+    def k_len(self) -> int:
+        return self.k_order.shape[2]
+
+    @property
+    def q_offset(self) -> int:
+        """Tk - Tq: the absolute position of query row 0."""
+        return self.k_order.shape[2] - self.q_order.shape[2]
+
+    @property
     def num_q_blocks(self) -> int:
         return self.q_ranges.shape[2]
 
@@ -106,8 +126,9 @@ class PreparedGroup:
 
     def __repr__(self) -> str:
         B, Hg, T = self.q_order.shape
+        size = f"T={T}" if T == self.k_len else f"Tq={T}, Tk={self.k_len}"
         return (
-            f"PreparedGroup({self.group.describe()}, B={B}, Hg={Hg}, T={T}, "
+            f"PreparedGroup({self.group.describe()}, B={B}, Hg={Hg}, {size}, "
             f"blocks=({self.block_q}, {self.block_k}), segments<={self.q_ranges.shape[3]})"
         )
 
@@ -115,17 +136,20 @@ class PreparedGroup:
 
 @dataclass(frozen=True, eq=False)
 class Prepared:
-    """Prepared index tensors for every head group of a program."""
+    """Prepared index tensors for every head group of a program (``seqlen`` = Tk, ``q_len``
+    = Tq; None for Tq == Tk)."""
 
     program: Program
     groups: tuple[PreparedGroup, ...]
     batch: int
     heads: int
     seqlen: int
+    q_len: int | None = None
 
     def __repr__(self) -> str:
         inner = "\n  ".join(repr(g) for g in self.groups)
-        return f"Prepared(B={self.batch}, H={self.heads}, T={self.seqlen},\n  {inner})"
+        size = f"T={self.seqlen}" if self.q_len in (None, self.seqlen) else f"Tq={self.q_len}, Tk={self.seqlen}"
+        return f"Prepared(B={self.batch}, H={self.heads}, {size},\n  {inner})"
 
 
 def resolve_heads(program: Program, heads: int) -> list[tuple[int, ...]]:
@@ -138,14 +162,18 @@ def resolve_heads(program: Program, heads: int) -> list[tuple[int, ...]]:
     return out
 
 
-def prepare(program: Program, decisions: Decisions, *, batch: int, heads: int, seqlen: int, device) -> Prepared:
-    """Build every group's index tensors from ``decisions`` (validated by the caller)."""
+def prepare(
+    program: Program, decisions: Decisions, *, batch: int, heads: int, seqlen: int, device, q_len: int | None = None
+) -> Prepared:
+    """Build every group's index tensors from ``decisions`` (validated by the caller);
+    ``seqlen`` is Tk, ``q_len`` Tq (default Tk)."""
     groups = []
     for group, hs in zip(program.groups, resolve_heads(program, heads), strict=True):
         if not hs:
             continue
-        groups.append(prepare_group(program, group, hs, decisions, batch=batch, heads=heads, seqlen=seqlen, device=device))
-    return Prepared(program, tuple(groups), batch, heads, seqlen)
+        groups.append(prepare_group(program, group, hs, decisions, batch=batch, heads=heads, seqlen=seqlen,
+                                    device=device, q_len=q_len))  # fmt: skip
+    return Prepared(program, tuple(groups), batch, heads, seqlen, q_len)
 
 
 def _select(t: Tensor | None, hs: tuple[int, ...], heads: int) -> Tensor | None:
@@ -164,9 +192,12 @@ def prepare_group(
     heads: int,
     seqlen: int,
     device,
+    q_len: int | None = None,
 ) -> PreparedGroup:
-    """One group's index tensors, for query heads ``hs`` out of ``heads``."""
+    """One group's index tensors, for query heads ``hs`` out of ``heads``; ``seqlen`` keys (Tk)
+    and ``q_len`` queries (Tq, default Tk) at absolute positions Tk - Tq + row."""
     B, H, T, device = batch, heads, seqlen, torch.device(device)
+    Tq = T if q_len is None else q_len
     Hg = len(hs)
     sel = lambda t: _select(t, hs, H)  # noqa: E731
 
@@ -174,9 +205,10 @@ def prepare_group(
     keep_k = sel(dec.k_keep) if group.has(Keep) else None
     bkt_q = sel(dec.q_bucket) if group.has(SameBucket) else None
     bkt_k = sel(dec.k_bucket) if group.has(SameBucket) else None
-    shape = (B, Hg, T)
-    q_key, q_order, q_pos, q_bucket = _layout(group.layout, keep_q, bkt_q, shape, group.buckets, device, query=True)
-    k_key, k_order, k_pos, k_bucket = _layout(group.layout, keep_k, bkt_k, shape, group.buckets, device, query=False)
+    q_key, q_order, q_pos, q_bucket = _layout(group.layout, keep_q, bkt_q, (B, Hg, Tq), group.buckets, device,
+                                              query=True, span=T)  # fmt: skip
+    k_key, k_order, k_pos, k_bucket = _layout(group.layout, keep_k, bkt_k, (B, Hg, T), group.buckets, device,
+                                              query=False, span=T)  # fmt: skip
 
     causal = group.causal
     strict = causal is not None and causal.strict
@@ -235,15 +267,19 @@ def _big(T: int, buckets: int) -> int:
     return (buckets + 1) * T
 
 
-def _layout(layout: Layout, keep, bucket, shape, buckets: int, device, *, query: bool):
-    """(sort key, order, pos, bucket) per layout row; the sort key is bucket * T + position
-    for a kept row and ``_big`` for a dropped one, ascending along the rows."""
-    B, Hg, T = shape
-    pos = torch.arange(T, device=device, dtype=torch.int64).expand(shape)
+def _layout(layout: Layout, keep, bucket, shape, buckets: int, device, *, query: bool, span: int):
+    """(sort key, order, pos, bucket) per layout row of a side with ``shape[-1]`` rows, the
+    last of ``span`` positions; the sort key is bucket * span + absolute position for a kept
+    row and ``_big`` for a dropped one, ascending along the rows."""
+    B, Hg, L = shape
+    T = span
+    offset = T - L
+    rows = torch.arange(L, device=device, dtype=torch.int64).expand(shape)
+    pos = rows + offset
     if layout is Layout.IDENTITY:
-        order = pos.to(torch.int32).contiguous()
+        order = rows.to(torch.int32).contiguous()
         zeros = torch.zeros(shape, dtype=torch.int32, device=device)
-        return pos.contiguous(), order, order, zeros
+        return pos.contiguous(), order, pos.to(torch.int32).contiguous(), zeros
     key = pos if bucket is None else bucket.to(torch.int64) * T + pos
     big = _big(T, buckets)
     if keep is not None:
@@ -252,7 +288,7 @@ def _layout(layout: Layout, keep, bucket, shape, buckets: int, device, *, query:
     valid = skey < big
     order = order.to(torch.int32)
     sentinel = QUERY_SENTINEL if query else KEY_SENTINEL
-    row_pos = torch.where(valid, order, sentinel)
+    row_pos = torch.where(valid, order + offset, sentinel)
     dropped_bucket = DROPPED_Q_BUCKET if query else DROPPED_K_BUCKET
     row_bucket = torch.where(valid, skey // T, dropped_bucket).to(torch.int32)
     skey = torch.where(valid, skey, big)

@@ -38,22 +38,31 @@ def _verify_group(g: PreparedGroup, deep: bool, block_n: tuple[int, ...]) -> lis
     e: list[str] = []
     T = g.seqlen
     B, Hg = g.q_order.shape[:2]
+    Tq = g.q_order.shape[2] if g.q_order.dim() == 3 else -1
+    if not 1 <= Tq <= T:
+        e.append(f"q_order must be (B, Hg, Tq) with 1 <= Tq <= Tk={T}, got {tuple(g.q_order.shape)}")
+        return e
+    lens = {"q": Tq, "k": T}
     for name in ("q_order", "q_pos", "q_bucket", "k_order", "k_pos", "k_bucket"):
         t = getattr(g, name)
-        if tuple(t.shape) != (B, Hg, T) or t.dtype != torch.int32 or not t.is_contiguous():
-            e.append(f"{name} must be contiguous int32 {(B, Hg, T)}, got {t.dtype} {tuple(t.shape)}")
+        want = (B, Hg, lens[name[0]])
+        if tuple(t.shape) != want or t.dtype != torch.int32 or not t.is_contiguous():
+            e.append(f"{name} must be contiguous int32 {want}, got {t.dtype} {tuple(t.shape)}")
     if e:
         return e
-    arange = torch.arange(T, device=g.q_order.device)
     for side, sentinel in (("q", QUERY_SENTINEL), ("k", KEY_SENTINEL)):
+        n = lens[side]
+        offset = T - n  # absolute position of row 0
+        arange = torch.arange(n, device=g.q_order.device)
         order = getattr(g, f"{side}_order").to(torch.int64)
         pos = getattr(g, f"{side}_pos").to(torch.int64)
         bucket = getattr(g, f"{side}_bucket").to(torch.int64)
         if not torch.equal(order.sort(dim=-1).values, arange.expand_as(order)):
-            e.append(f"{side}_order is not a permutation of 0..T-1 in every (b, h)")
+            e.append(f"{side}_order is not a permutation of 0..{n - 1} in every (b, h)")
         valid = pos != sentinel
-        if not torch.equal(torch.where(valid, order, sentinel), pos):
-            e.append(f"{side}_pos must equal {side}_order on kept rows and {sentinel} on dropped ones")
+        if not torch.equal(torch.where(valid, order + offset, sentinel), pos):
+            plus = f" + {offset}" if offset else ""
+            e.append(f"{side}_pos must equal {side}_order{plus} on kept rows and {sentinel} on dropped ones")
         if bool((valid[..., 1:] & ~valid[..., :-1]).any()):
             e.append(f"{side}: a kept row follows a dropped row (dropped rows must come last)")
         if not g.group.layout.compacts and not bool(valid.all()):
@@ -67,7 +76,8 @@ def _verify_group(g: PreparedGroup, deep: bool, block_n: tuple[int, ...]) -> lis
             e.append(f"{side}_bucket out of [0, {g.group.buckets}) on a kept row")
     for side, block in (("q", g.block_q), ("k", g.block_k)):
         ranges, nseg = getattr(g, f"{side}_ranges"), getattr(g, f"{side}_nseg")
-        nb = -(-T // block)
+        nb = -(-lens[side] // block)
+        other = lens["k" if side == "q" else "q"]
         S = ranges.shape[3]
         if tuple(ranges.shape) != (B, Hg, nb, S, 4) or ranges.dtype != torch.int32:
             e.append(f"{side}_ranges must be int32 {(B, Hg, nb, S, 4)}, got {ranges.dtype} {tuple(ranges.shape)}")
@@ -77,9 +87,10 @@ def _verify_group(g: PreparedGroup, deep: bool, block_n: tuple[int, ...]) -> lis
             continue
         lo, flo, fhi, hi = ranges.unbind(-1)
         used = torch.arange(S, device=ranges.device) < nseg.unsqueeze(-1)
-        ordered = (lo <= flo) & (flo <= fhi) & (fhi <= hi) & (lo >= 0) & (hi <= T)
+        ordered = (lo <= flo) & (flo <= fhi) & (fhi <= hi) & (lo >= 0) & (hi <= other)
         if bool((used & ~ordered).any()):
-            e.append(f"{side}_ranges must satisfy 0 <= lo <= full_lo <= full_hi <= hi <= T")
+            bound = "T" if other == T else "Tq"  # the other side's row count
+            e.append(f"{side}_ranges must satisfy 0 <= lo <= full_lo <= full_hi <= hi <= {bound}")
         if bool((~used.unsqueeze(-1) & (ranges != 0)).any()):
             e.append(f"{side}_ranges: unused segment slots must be zero")
         later = used[..., 1:]

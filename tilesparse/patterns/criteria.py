@@ -1,13 +1,19 @@
 """Sparsity criteria: the functions that turn q and k into per-token decisions.
 
-A criterion is a callable ``fn(q, k, /, *, generator=None, **fields)``. ``q`` is (B, H, T, D);
-``k`` is expanded per query head to (B, H, T, D). The spec's fields arrive as keywords
+A criterion is a callable ``fn(q, k, /, *, generator=None, **fields)``. ``q`` is (B, H, Tq, D);
+``k`` is expanded per query head to (B, H, Tk, D), Tq <= Tk (equal in training). The spec's fields arrive as keywords
 (``keep=``, ``buckets=``, ``k=``), so name the two tensors positionally (``/``): a support
 criterion receives ``k=`` as the number of features. It returns ``(q_side, k_side)``:
 
-- ``produces="keep"``: two (B, H, T) bool tensors;
-- ``produces="bucket"``: two (B, H, T) integer tensors with values in [0, buckets);
-- ``produces="support"``: two (B, H, T, k) integer tensors of distinct feature ids in [0, D).
+- ``produces="keep"``: (B, H, Tq) and (B, H, Tk) bool tensors;
+- ``produces="bucket"``: (B, H, Tq) and (B, H, Tk) integer tensors with values in [0, buckets);
+- ``produces="support"``: (B, H, Tq, k) and (B, H, Tk, k) integer tensors of distinct feature
+  ids in [0, D).
+
+A criterion that decides each token from that token alone (``lsh`` with a given rotation,
+``topk_abs``) gives a token the same decision however the sequence is chunked; a random one
+(``bernoulli``) draws per call, so chunked decoding that must equal a whole-sequence run passes
+the decisions (see ``tilesparse.KVCache``).
 
 Built-ins: ``bernoulli`` (keep), ``lsh`` (bucket, Reformer's random rotations) and
 ``topk_abs`` (support). :func:`check_output` holds every criterion, built-in or not, to that
@@ -73,7 +79,7 @@ class Criterion:
     def __call__(self, q: Tensor, k: Tensor, /, *, generator=None, **fields) -> tuple[Tensor, Tensor]:
         out = self.fn(q, k, generator=generator, **fields)
         # value checks read the tensors back (a device sync): built-ins are correct by test
-        return check_output(self, out, q, fields, values=not self.builtin)
+        return check_output(self, out, q, fields, values=not self.builtin, k_len=k.shape[2])
 
 
 _REGISTRY: dict[str, Criterion] = {}
@@ -120,7 +126,7 @@ def registered(produces: Produces | None = None) -> list[str]:
 
 
 def check_output(
-    crit: Criterion, out: object, q: Tensor, fields: dict, *, values: bool = True
+    crit: Criterion, out: object, q: Tensor, fields: dict, *, values: bool = True, k_len: int | None = None
 ) -> tuple[Tensor, Tensor]:
     """Check a criterion's return value against its contract (types and shapes; value ranges
     too when ``values``); raise naming what is off."""
@@ -128,9 +134,9 @@ def check_output(
     if not (isinstance(out, tuple | list) and len(out) == 2):
         raise TypeError(f"{where} must return a pair (q_side, k_side) of tensors, got {type(out).__name__}")
     B, H, T, D = q.shape
-    shape = (B, H, T, fields["k"]) if crit.produces == "support" else (B, H, T)
     hi = fields["buckets"] if crit.produces == "bucket" else D
-    for side, t in zip(("q_side", "k_side"), out, strict=True):
+    for side, t, n in zip(("q_side", "k_side"), out, (T, T if k_len is None else k_len), strict=True):
+        shape = (B, H, n, fields["k"]) if crit.produces == "support" else (B, H, n)
         check_decision_tensor(
             f"{where}: {side}", t, kind=crit.produces, shape=shape, device=q.device, hi=hi, values=values
         )
@@ -143,10 +149,12 @@ def check_output(
 
 @criterion("bernoulli", produces="keep", _builtin=True)
 def bernoulli(q: Tensor, k: Tensor, /, *, keep: float, generator: torch.Generator | None = None):
-    """Keep each (b, h, token) with probability ``keep``, for queries and keys independently."""
-    B, H, T, _ = q.shape
-    u = torch.rand((2, B, H, T), generator=generator, device=q.device)
-    return u[0] < keep, u[1] < keep
+    """Keep each (b, h, token) with probability ``keep``, for queries and keys independently
+    (queries drawn first, then keys)."""
+    B, H, Tq, _ = q.shape
+    nq = B * H * Tq
+    u = torch.rand((nq + B * H * k.shape[2],), generator=generator, device=q.device)
+    return (u[:nq] < keep).view(B, H, Tq), (u[nq:] < keep).view(B, H, k.shape[2])
 
 
 @dataclass(eq=False)
@@ -235,10 +243,11 @@ def lsh(q: Tensor, k: Tensor, /, *, buckets: int, generator: torch.Generator | N
     B, H, T, D = q.shape
     if buckets == 1:
         z = torch.zeros((B, H, T), dtype=torch.int32, device=q.device)
-        return z, z.clone()
+        return z, torch.zeros((B, H, k.shape[2]), dtype=torch.int32, device=q.device)
     half = math.ceil(buckets / 2)
     rot = torch.randn((H, D, half), generator=generator, device=q.device, dtype=torch.float32).to(q.dtype)
-    if _kernel_hashes(q, buckets):
+    # the kernel hashes equal-length q and k
+    if q.shape[2] == k.shape[2] and _kernel_hashes(q, buckets):
         qb, kb = (torch.empty((B, H, T), dtype=torch.int32, device=q.device) for _ in range(2))
         pending = PendingHash(q, k, rot.float(), buckets, qb, kb)
         if (deferred := _DEFERRED.get()) is not None:

@@ -1,6 +1,7 @@
 """Sparsity decisions: what a criterion decided for every (batch, query head, token).
 
-Keep and bucket decisions are (B, H, T); feature supports are (B, H, T, k). Key-side decisions
+Keep and bucket decisions are (B, H, Tq) for queries and (B, H, Tk) for keys; feature supports
+are (B, H, T, k) with T the side's length (Tq <= Tk: see ``tilesparse.ir.AttentionInputs``). Key-side decisions
 are per *query* head: with grouped-query attention a kv head is shared by several query heads,
 and each of them may keep, bucket and order that head's keys differently.
 """
@@ -21,10 +22,10 @@ DECISION_FIELDS: tuple[str, ...] = ("q_keep", "k_keep", "q_bucket", "k_bucket", 
 class Decisions:
     """Per-token decisions; each field is optional and only the spec's own are allowed.
 
-    - ``q_keep``, ``k_keep``: (B, H, T) bool, False drops the token (QKDrop);
-    - ``q_bucket``, ``k_bucket``: (B, H, T) integer bucket ids in [0, buckets) (Hash);
-    - ``q_support``, ``k_support``: (B, H, T, k) integer feature ids, distinct per token
-      (TopKFeatures).
+    - ``q_keep``, ``k_keep``: (B, H, Tq) / (B, H, Tk) bool, False drops the token (QKDrop);
+    - ``q_bucket``, ``k_bucket``: (B, H, Tq) / (B, H, Tk) integer bucket ids in [0, buckets) (Hash);
+    - ``q_support``, ``k_support``: (B, H, Tq, k) / (B, H, Tk, k) integer feature ids, distinct
+      per token (TopKFeatures).
     """
 
     q_keep: Tensor | None = None
@@ -78,14 +79,16 @@ def check_decisions(
     needed: frozenset[str],
     batch: int,
     heads: int,
-    seqlen: int,
+    q_len: int,
+    k_len: int,
     head_dim: int,
     device: torch.device,
     buckets: int | None = None,
     support_k: int | None = None,
     values: bool = True,
 ) -> None:
-    """Check ``dec`` against what a spec needs and the inputs' sizes; raise naming the field.
+    """Check ``dec`` against what a spec needs and the inputs' sizes (query-side fields have
+    ``q_len`` tokens, key-side ones ``k_len``); raise naming the field.
 
     ``values`` also checks value ranges (bucket ids, feature ids), which reads them back: a
     device sync on GPU.
@@ -100,9 +103,10 @@ def check_decisions(
     for name in sorted(needed):
         kind = name.split("_")[1]
         t = getattr(dec, name)
-        shape: tuple[int, ...] = (batch, heads, seqlen)
+        n = q_len if name.startswith("q_") else k_len
+        shape: tuple[int, ...] = (batch, heads, n)
         if kind == "support" and isinstance(t, Tensor):
-            shape = (batch, heads, seqlen, support_k if support_k is not None else t.shape[-1])
+            shape = (batch, heads, n, support_k if support_k is not None else t.shape[-1])
         hi = buckets if kind == "bucket" else head_dim
         check_decision_tensor(f"decisions.{name}", t, kind=kind, shape=shape, device=device, hi=hi, values=values)
 
@@ -125,7 +129,8 @@ def check_decision_tensor(
     if not isinstance(t, Tensor):
         raise TypeError(f"{label} must be a torch.Tensor, got {type(t).__name__}")
     if tuple(t.shape) != shape:
-        dims = "(B, H, T, k)" if kind == "support" else "(B, H, T)"
+        side = "Tk" if ".k_" in label or "k_side" in label else "Tq" if ".q_" in label or "q_side" in label else "T"
+        dims = f"(B, H, {side}, k)" if kind == "support" else f"(B, H, {side})"
         raise ValueError(f"{label} must have shape {shape} {dims}, H the query heads; got {tuple(t.shape)}")
     if t.device != device:
         raise ValueError(f"{label} is on {t.device}, the inputs are on {device}")

@@ -59,8 +59,11 @@ class _Spec(BaseModel):
         """The :class:`Decisions` fields this spec reads."""
         return frozenset()
 
-    def mask_mod(self, dec: Decisions) -> MaskMod | None:
-        """The element mask over ``dec`` (causality not included); None keeps everything."""
+    def mask_mod(self, dec: Decisions, q_offset: int = 0) -> MaskMod | None:
+        """The element mask over ``dec`` (causality not included); None keeps everything.
+
+        ``i`` indexes the query rows of ``dec`` (absolute position ``i + q_offset``: Tk - Tq
+        when the queries are the last Tq of Tk positions), ``j`` the keys."""
         return None
 
     def supports(self, dec: Decisions) -> tuple[Tensor, Tensor] | None:
@@ -72,7 +75,7 @@ class _Spec(BaseModel):
         return None
 
     def decide(self, q: Tensor, k: Tensor, *, generator: torch.Generator | None = None) -> Decisions:
-        """Run the spec's criteria on q (B, H, T, D) and k expanded to (B, H, T, D)."""
+        """Run the spec's criteria on q (B, H, Tq, D) and k expanded to (B, H, Tk, D)."""
         return Decisions()
 
     def __str__(self) -> str:
@@ -150,7 +153,7 @@ class QKDrop(_CriterionSpec):
             raise ValueError(f"keep must be in (0, 1] (the fraction of tokens kept), got {v}")
         return v
 
-    def mask_mod(self, dec: Decisions) -> MaskMod:
+    def mask_mod(self, dec: Decisions, q_offset: int = 0) -> MaskMod:
         qk, kk = dec.q_keep, dec.k_keep
         return lambda b, h, i, j: qk[b, h, i] & kk[b, h, j]
 
@@ -176,11 +179,11 @@ class Hash(_CriterionSpec):
             raise ValueError(f"buckets must be in [1, 65536], got {v}")
         return v
 
-    def mask_mod(self, dec: Decisions) -> MaskMod:
+    def mask_mod(self, dec: Decisions, q_offset: int = 0) -> MaskMod:
         qb, kb = dec.q_bucket, dec.k_bucket
         if self.attend_self:
             return lambda b, h, i, j: qb[b, h, i] == kb[b, h, j]
-        return lambda b, h, i, j: (qb[b, h, i] == kb[b, h, j]) & (i != j)
+        return lambda b, h, i, j: (qb[b, h, i] == kb[b, h, j]) & (i + q_offset != j)
 
 
 class TopKFeatures(_CriterionSpec):
@@ -228,8 +231,8 @@ class Hybrid(_Spec):
     def decision_fields(self) -> frozenset[str]:
         return frozenset().union(*(p.decision_fields for p in self.parts))
 
-    def mask_mod(self, dec: Decisions) -> MaskMod | None:
-        return and_masks(*(p.mask_mod(dec) for p in self.parts))
+    def mask_mod(self, dec: Decisions, q_offset: int = 0) -> MaskMod | None:
+        return and_masks(*(p.mask_mod(dec, q_offset) for p in self.parts))
 
     def supports(self, dec: Decisions) -> tuple[Tensor, Tensor] | None:
         return next((s for p in self.parts if (s := p.supports(dec)) is not None), None)
@@ -272,8 +275,8 @@ class PerHead(_Spec):
         m[list(self.dense_heads)] = True
         return m
 
-    def mask_mod(self, dec: Decisions) -> MaskMod | None:
-        rest = self.rest.mask_mod(dec)
+    def mask_mod(self, dec: Decisions, q_offset: int = 0) -> MaskMod | None:
+        rest = self.rest.mask_mod(dec, q_offset)
         if rest is None:
             return None
         dense_of: dict[torch.device, Tensor] = {}

@@ -211,11 +211,14 @@ def decisions(
     spec: SpecBase | SearchStrategy[SpecBase],
     shape: tuple[int, int, int, int] | SearchStrategy[tuple[int, int, int, int]],
     *,
+    k_len: int | SearchStrategy[int] | None = None,
     edge_cases: bool = True,
     index_dtype: torch.dtype | SearchStrategy[torch.dtype] = DEFAULT_INDEX_DTYPE,
     device: str | torch.device = "cpu",
 ) -> SearchStrategy[Decisions]:
-    """Valid :class:`tilesparse.Decisions` for ``spec`` on inputs of ``shape`` (B, H, T, D).
+    """Valid :class:`tilesparse.Decisions` for ``spec`` on inputs of ``shape`` (B, H, Tq, D),
+    q's shape, against ``k_len`` keys (Tk >= Tq; default Tk = Tq): query-side fields are
+    (B, H, Tq), key-side ones (B, H, Tk).
 
     Each (b, h) picks its own way to fill each field. With ``edge_cases`` (the default) these
     include every query of a head dropped, every key dropped, a prefix of keys dropped (early
@@ -235,24 +238,28 @@ def decisions(
         lambda d: None if d in (torch.int32, torch.int64) else "must be torch.int32 or torch.int64",
     )
     device = torch.device(device)
+    k_lens = None if k_len is None else _strategy("k_len", k_len, _int_in(1))
 
     @st.composite
     def draw_decisions(draw) -> Decisions:
         s = _check_spec(draw(specs_))
         B, H, T, D = _check_shape(draw(shapes))
         _check_fits(s, (B, H, T, D))
+        Tk = T if k_lens is None else draw(k_lens)
+        if Tk < T:
+            raise InvalidArgument(f"k_len={Tk} < Tq={T}: keys must be at least as many as queries")
         idx = draw(dtypes)
         fields: dict[str, torch.Tensor] = {}
         modes = (lambda all_modes: all_modes) if edge_cases else (lambda all_modes: all_modes[:1])
         for p in _parts(s):
             if isinstance(p, QKDrop):
-                for side in ("q", "k"):
-                    fields[f"{side}_keep"] = _per_head(draw, (B, H), modes(KEEP_MODES), _keep, T)
+                for side, n in (("q", T), ("k", Tk)):
+                    fields[f"{side}_keep"] = _per_head(draw, (B, H), modes(KEEP_MODES), _keep, n)
             elif isinstance(p, Hash):
-                pairs = _per_head(draw, (B, H), modes(BUCKET_MODES), _buckets, T, p.buckets)
+                pairs = _per_head(draw, (B, H), modes(BUCKET_MODES), _buckets, T, Tk, p.buckets)
                 fields["q_bucket"], fields["k_bucket"] = pairs[0].to(idx), pairs[1].to(idx)
             elif isinstance(p, TopKFeatures):
-                pairs = _per_head(draw, (B, H), modes(SUPPORT_MODES), _supports, T, D, p.k)
+                pairs = _per_head(draw, (B, H), modes(SUPPORT_MODES), _supports, T, Tk, D, p.k)
                 fields["q_support"], fields["k_support"] = pairs[0].to(idx), pairs[1].to(idx)
         return Decisions(**{n: t.to(device) for n, t in fields.items()})
 
@@ -283,40 +290,43 @@ def _keep(mode: str, g: torch.Generator, T: int) -> torch.Tensor:
     raise AssertionError(mode)
 
 
-def _buckets(mode: str, g: torch.Generator, T: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    rand = lambda: torch.randint(0, n, (T,), generator=g)  # noqa: E731
+def _buckets(mode: str, g: torch.Generator, T: int, Tk: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Tq,) query and (Tk,) key buckets; queries sit at the last Tq key positions."""
+    rand = lambda size: torch.randint(0, n, (size,), generator=g)  # noqa: E731
     if mode == "random" or (n == 1 and mode in ("disjoint", "isolated_query")):
-        return rand(), rand()
+        return rand(T), rand(Tk)
     if mode == "one_bucket":
-        return (torch.full((T,), int(torch.randint(0, n, (), generator=g))),) * 2
+        a = int(torch.randint(0, n, (), generator=g))
+        return torch.full((T,), a), torch.full((Tk,), a)
     if mode == "same_as_query":
-        q = rand()
-        return q, q.clone()
+        q, k = rand(T), rand(Tk)
+        k[Tk - T :] = q  # a key at a query's position shares its bucket
+        return q, k
     if mode == "disjoint":
         a = int(torch.randint(0, n, (), generator=g))
-        return torch.full((T,), a), torch.full((T,), (a + 1) % n)
+        return torch.full((T,), a), torch.full((Tk,), (a + 1) % n)
     if mode == "runs":
-        return rand().sort().values, rand().sort().values
+        return rand(T).sort().values, rand(Tk).sort().values
     if mode == "isolated_query":
-        q, k = rand(), rand()
+        q, k = rand(T), rand(Tk)
         i = int(torch.randint(0, T, (), generator=g))
         return q, torch.where(k == q[i], (k + 1) % n, k)
     raise AssertionError(mode)
 
 
-def _supports(mode: str, g: torch.Generator, T: int, D: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    rand = lambda: torch.rand((T, D), generator=g).argsort(dim=-1)[:, :k]  # noqa: E731
+def _supports(mode: str, g: torch.Generator, T: int, Tk: int, D: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rand = lambda size: torch.rand((size, D), generator=g).argsort(dim=-1)[:, :k]  # noqa: E731
     if mode == "random":
-        return rand(), rand()
+        return rand(T), rand(Tk)
     if mode == "shared":
         ids = torch.randperm(D, generator=g)[:k]
-        return ids.expand(T, k).clone(), ids.expand(T, k).clone()
+        return ids.expand(T, k).clone(), ids.expand(Tk, k).clone()
     if mode == "disjoint" and 2 * k <= D:
         ids = torch.randperm(D, generator=g)
-        return ids[:k].expand(T, k).clone(), ids[k : 2 * k].expand(T, k).clone()
+        return ids[:k].expand(T, k).clone(), ids[k : 2 * k].expand(Tk, k).clone()
     if mode in ("disjoint", "first_k"):
         ids = torch.arange(k - 1, -1, -1)  # descending: ids need not be sorted
-        return ids.expand(T, k).clone(), ids.expand(T, k).clone()
+        return ids.expand(T, k).clone(), ids.expand(Tk, k).clone()
     raise AssertionError(mode)
 
 
@@ -335,13 +345,17 @@ def attention_inputs(
     kv_heads: int | SearchStrategy[int] | None = None,
     gqa: bool = True,
     seqlen: int | SearchStrategy[int] = DEFAULT_SEQLEN,
+    shorter_queries: bool = False,
     head_dim: int | SearchStrategy[int] = DEFAULT_HEAD_DIM,
     dtype: torch.dtype | SearchStrategy[torch.dtype] = DEFAULT_DTYPE,
     requires_grad: bool = True,
     device: str | torch.device = "cpu",
 ) -> SearchStrategy[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """(q, k, v): q (B, H, T, D), k and v (B, Hkv, T, D), standard normal values in ``dtype``.
+    """(q, k, v): q (B, H, Tq, D), k and v (B, Hkv, T, D), standard normal values in ``dtype``.
 
+    Tq = T unless ``shorter_queries``, which draws Tq from [1, T] (1: a decode step, T: the
+    training case, in between: a prefill chunk against earlier keys); pass
+    ``k_len=k.shape[2]`` to :func:`decisions` then.
     ``kv_heads`` defaults to a divisor of the drawn H (grouped-query attention) when ``gqa``,
     else to H; given, it must divide H. ``head_dim`` must be a multiple of 8 in [8, 256].
     The tensors are leaves with ``requires_grad``.
@@ -362,6 +376,8 @@ def attention_inputs(
     )
     if not isinstance(requires_grad, bool):
         raise InvalidArgument(f"requires_grad={requires_grad!r}: must be a bool")
+    if not isinstance(shorter_queries, bool):
+        raise InvalidArgument(f"shorter_queries={shorter_queries!r}: must be a bool (whether Tq may be < T)")
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as e:
@@ -377,8 +393,9 @@ def attention_inputs(
         else:
             Hkv = draw(st.sampled_from(_divisors(H))) if gqa else H
         dt = draw(dtypes)
+        Tq = draw(st.one_of(st.just(1), st.just(T), st.integers(1, T))) if shorter_queries else T
         g = torch.Generator().manual_seed(draw(_SEEDS))
-        shapes = ((B, H, T, D), (B, Hkv, T, D), (B, Hkv, T, D))
+        shapes = ((B, H, Tq, D), (B, Hkv, T, D), (B, Hkv, T, D))
         return tuple(
             torch.randn(s, generator=g).to(device=device, dtype=dt).requires_grad_(requires_grad) for s in shapes
         )

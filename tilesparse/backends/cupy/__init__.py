@@ -57,6 +57,7 @@ class CupyBackend(Backend):
         if not isinstance(group.score, FeatureDotScore):
             reasons.append("score is the dense dot: the feature-intersection kernel runs TopKFeatures groups only")
         reasons += cupy_reasons(inputs.device.type)
+        reasons += _length_reasons(inputs)
         if isinstance(group.score, FeatureDotScore):
             need = max(shared_bytes(kern, inputs.head_dim, group.score.k) for kern in ("fwd", "dq", "dkdv"))
             if need > SHARED_LIMIT:
@@ -70,8 +71,10 @@ class CupyBackend(Backend):
         from .index import MAX_BUCKETS, hash_reasons
 
         if stage == "decide":
+            if inputs.q_len != inputs.k_len:
+                return _length_reasons(inputs)
             return hash_reasons(inputs.device.type, inputs.head_dim, group.buckets, inputs.batch * inputs.heads * inputs.seqlen)
-        reasons = cupy_reasons(inputs.device.type)
+        reasons = cupy_reasons(inputs.device.type) + _length_reasons(inputs)
         if group.buckets > MAX_BUCKETS:
             reasons.append(f"the index build handles at most {MAX_BUCKETS} buckets, got {group.buckets}")
         return reasons
@@ -113,6 +116,13 @@ class CupyBackend(Backend):
         p2 = 2 * tiles_elements * (overlap + head_dim) * (3 if backward else 1) / _CUDA_CORE_FLOPS
         p1 = 2 * tiles_elements * 2 * head_dim * (3 if backward else 1) / _TENSOR_CORE_FLOPS
         return {"path2_cupy": p2, "path1_dense_tiles": p1}
+
+
+def _length_reasons(inputs: AttentionInputs) -> list[str]:
+    """The kernels take one length for queries and keys: Tq < Tk is refused."""
+    if inputs.q_len == inputs.k_len:
+        return []
+    return [f"queries shorter than keys (Tq={inputs.q_len} < Tk={inputs.k_len}): the CuPy kernels need Tq == Tk"]
 
 
 def cupy_reasons(device_type: str) -> list[str]:

@@ -53,9 +53,13 @@ class TritonBackend(Backend):
         return cfg.block_q, cfg.block_k
 
     def prepare(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs) -> PreparedGroup:
-        """Layout and ranges in five launches (index.py) instead of the IR's torch ops."""
+        """Layout and ranges in five launches (index.py) instead of the IR's torch ops; with
+        queries shorter than keys (Tq < Tk), the IR's torch ops (the fused build takes one
+        length for both sides)."""
         from .index import build_group
 
+        if inputs.q_len != inputs.k_len:
+            return super().prepare(program, group, heads, decisions, inputs)
         return build_group(
             program, group, heads, decisions,
             batch=inputs.batch, n_heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,

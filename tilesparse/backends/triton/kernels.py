@@ -24,7 +24,7 @@ import triton.language as tl
 KEY_SENTINEL = tl.constexpr(1 << 30)
 
 # per-step sizes are runtime values; keep Triton from specializing on their divisibility
-_RUNTIME = ["seqlen", "n_blocks", "n_heads_g"]
+_RUNTIME = ["seqlen", "seqlen_k", "n_blocks", "n_heads_g"]
 
 
 @triton.jit
@@ -142,7 +142,7 @@ def _attn_fwd(Q, K, V, O, LSE,
               stride_kb, stride_kh, stride_kt,
               stride_vb, stride_vh, stride_vt,
               stride_ob, stride_oh, stride_ot,
-              n_heads_g, seqlen, n_blocks, qk_scale,
+              n_heads_g, seqlen, seqlen_k, n_blocks, qk_scale,
               K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
@@ -168,9 +168,10 @@ def _attn_fwd(Q, K, V, O, LSE,
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     nseg = tl.load(NSEG + pid_bh.to(tl.int64) * n_blocks + pid_m)
     rng = RANGES + (pid_bh.to(tl.int64) * n_blocks + pid_m) * (MAX_SEG * 4)
-    k_order = K_ORDER + row_base
-    k_posp = K_POS + row_base
-    k_bktp = K_BKT + row_base
+    row_base_k = pid_bh.to(tl.int64) * seqlen_k  # key rows: Tk of them (queries: Tq = seqlen)
+    k_order = K_ORDER + row_base_k
+    k_posp = K_POS + row_base_k
+    k_bktp = K_BKT + row_base_k
     for s in range(nseg):
         lo, f0, f1, hi = _tiles(rng, s, BLOCK_N)
         if SINGLE_LOOP:
@@ -178,14 +179,14 @@ def _attn_fwd(Q, K, V, O, LSE,
             f0 = hi
             f1 = hi
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                        k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen, offs_d, d_ok,
+                                        k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
                                         BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
         if not SINGLE_LOOP:
             acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                            k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen, offs_d, d_ok,
+                                            k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen_k, offs_d, d_ok,
                                             BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
             acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                            k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen, offs_d, d_ok,
+                                            k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok,
                                             BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
 
     empty = l_i == 0.0
@@ -245,7 +246,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                    stride_dob, stride_doh, stride_dot,
                    stride_dkb, stride_dkh, stride_dkt,
                    stride_dvb, stride_dvh, stride_dvt,
-                   n_heads_g, seqlen, n_blocks, qk_scale, sm_scale,
+                   n_heads_g, seqlen, seqlen_k, n_blocks, qk_scale, sm_scale,
                    K_GROUP: tl.constexpr, V_GROUP: tl.constexpr, DKV_PER_QUERY_HEAD: tl.constexpr,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
@@ -255,7 +256,8 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     pid_n = tl.program_id(0)
     pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
-    offs_n, n_ok, k_rows, k_pos, k_bkt = _layout_rows(K_ORDER, K_POS, K_BKT, row_base, pid_n, seqlen,
+    row_base_k = pid_bh.to(tl.int64) * seqlen_k  # key rows: Tk of them (queries: Tq = seqlen)
+    offs_n, n_ok, k_rows, k_pos, k_bkt = _layout_rows(K_ORDER, K_POS, K_BKT, row_base_k, pid_n, seqlen_k,
                                                       KEY_SENTINEL, -2, BLOCK_N, SAME_BUCKET)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
@@ -346,7 +348,7 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
                  stride_ob, stride_oh, stride_ot,
                  stride_dob, stride_doh, stride_dot,
                  stride_dqb, stride_dqh, stride_dqt,
-                 n_heads_g, seqlen, n_blocks, qk_scale, sm_scale,
+                 n_heads_g, seqlen, seqlen_k, n_blocks, qk_scale, sm_scale,
                  K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
@@ -378,23 +380,24 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     nseg = tl.load(NSEG + pid_bh.to(tl.int64) * n_blocks + pid_m)
     rng = RANGES + (pid_bh.to(tl.int64) * n_blocks + pid_m) * (MAX_SEG * 4)
-    k_order = K_ORDER + row_base
-    k_posp = K_POS + row_base
-    k_bktp = K_BKT + row_base
+    row_base_k = pid_bh.to(tl.int64) * seqlen_k  # key rows: Tk of them (queries: Tq = seqlen)
+    k_order = K_ORDER + row_base_k
+    k_posp = K_POS + row_base_k
+    k_bktp = K_BKT + row_base_k
     for s in range(nseg):
         lo, f0, f1, hi = _tiles(rng, s, BLOCK_N)
         if SINGLE_LOOP:
             f0 = hi
             f1 = hi
         dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen, offs_d, d_ok,
+                                k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
                                 BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
         if not SINGLE_LOOP:
             dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                    k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen, offs_d, d_ok,
+                                    k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen_k, offs_d, d_ok,
                                     BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
             dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                    k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen, offs_d, d_ok,
+                                    k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok,
                                     BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
 
     dq_base = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh

@@ -154,23 +154,24 @@ def launch_key(g: PreparedGroup, q: Tensor, cfg: TileConfig, k_group: int, v_gro
 
 
 def sparse_attention(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig) -> Tensor:
-    """(B, Hg, T, D) attention of group ``g``'s heads; q (B, H, T, D), k (B, Hk, T, D) and
-    v (B, Hv, T, D) with H a multiple of Hk and Hv; differentiable w.r.t. q, k, v."""
+    """(B, Hg, Tq, D) attention of group ``g``'s heads; q (B, H, Tq, D), k (B, Hk, Tk, D) and
+    v (B, Hv, Tk, D) with H a multiple of Hk and Hv, Tq <= Tk; differentiable w.r.t. q, k, v."""
     return _SparseAttention.apply(q, k, v, g, scale, cfg)
 
 
 def launch_fwd(
     q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig
 ) -> None:
-    """One launch of the forward kernel: O (B, Hg, T, D) and LSE (B, Hg, T) of group ``g``."""
+    """One launch of the forward kernel: O (B, Hg, Tq, D) and LSE (B, Hg, Tq) of group ``g``."""
     B, H, T, D = q.shape
+    Tk = k.shape[2]
     Hg = len(g.heads)
     n_blocks = g.q_ranges.shape[2]
     kernels._attn_fwd[(n_blocks, B * Hg)](
         q, k, v, o, lse,
         g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        Hg, T, n_blocks, scale * LOG2E,
+        Hg, T, Tk, n_blocks, scale * LOG2E,
         K_GROUP=H // k.shape[1], V_GROUP=H // v.shape[1], HEAD_DIM=D, BLOCK_D=_block_d(D),
         BLOCK_M=cfg.block_q, BLOCK_N=cfg.fwd_n, MAX_SEG=g.q_ranges.shape[3],
         PRECISION=_precision(q.dtype), num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages,
@@ -195,6 +196,7 @@ class _SparseAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         g, scale, cfg = ctx.g, ctx.scale, ctx.cfg
         B, H, T, D = q.shape
+        Tk = k.shape[2]
         Hg = len(g.heads)
         k_group, v_group = H // k.shape[1], H // v.shape[1]
         do = do.contiguous()
@@ -210,7 +212,7 @@ class _SparseAttention(torch.autograd.Function):
             q, k, v, o, do, dq, lse, delta,
             g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
-            Hg, T, n_qb, scale * LOG2E, scale,
+            Hg, T, Tk, n_qb, scale * LOG2E, scale,
             K_GROUP=k_group, V_GROUP=v_group, BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n,
             MAX_SEG=g.q_ranges.shape[3], num_warps=cfg.dq_warps, num_stages=cfg.dq_stages,
             **common, **flags,
@@ -222,14 +224,14 @@ class _SparseAttention(torch.autograd.Function):
         if direct:
             dk, dv = torch.empty_like(k), torch.empty_like(v)
         else:
-            dk = torch.empty((B, Hg, T, D), dtype=torch.float32, device=q.device)
-            dv = torch.empty((B, Hg, T, D), dtype=torch.float32, device=q.device)
+            dk = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
+            dv = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
         n_kb = g.k_ranges.shape[2]
         kernels._attn_bwd_dkdv[(n_kb, B * Hg)](
             q, k, v, do, dk, dv, lse, delta,
             g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.k_ranges, g.k_nseg, g.head_map,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
-            Hg, T, n_kb, scale * LOG2E, scale,
+            Hg, T, Tk, n_kb, scale * LOG2E, scale,
             K_GROUP=k_group, V_GROUP=v_group, DKV_PER_QUERY_HEAD=not direct,
             BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=g.k_ranges.shape[3],
             num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
@@ -243,7 +245,7 @@ class _SparseAttention(torch.autograd.Function):
 
 
 def _sum_into_heads(per_query_head: Tensor, head_map: Tensor, group: int, like: Tensor, in_order: bool) -> Tensor:
-    """Sum (B, Hg, T, D) per-query-head gradients into ``like``'s heads (fp32, then cast).
+    """Sum (B, Hg, Tk, D) per-query-head gradients into ``like``'s heads (fp32, then cast).
 
     With every query head in order, kv head j's query heads are the consecutive j*group..:
     a strided sum over a view, several times faster than ``index_add_`` (one read of the

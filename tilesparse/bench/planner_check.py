@@ -18,9 +18,9 @@ Two modes:
 Timing (CUDA): CUDA events around each call after three warm-up calls, median of ``--reps``
 rounds in which every option (each forced backend and the automatic plan) is called once,
 interleaved, so clock and host-load drifts hit every option alike; on the CPU,
-``time.perf_counter`` (for the tests at the quick grid's sizes). Run on the device::
+``time.perf_counter`` (for the tests at the quick grid's sizes). On a CUDA GPU::
 
-    python -m tilesparse.bench.planner_check --grid targets --out $OUT/planner_check_h200.json
+    python -m tilesparse.bench.planner_check --grid targets --out planner_check.json
 """
 
 from __future__ import annotations

@@ -225,11 +225,12 @@ def _build_side(SKEY, ORDER, OTHER, ORDER_OUT, POS_OUT, BKT_OUT, RANGES, NSEG,
         lo = _bound(other, c + pos, seqlen, n_steps, STRICT, IDENTITY)  # pos = kmin on start lanes
         hi = bucket_end
         tl.store(slot, lo, mask=starts)
-        tl.store(slot + 1, lo, mask=starts & (~uniform))
+        # tl.where, not `starts & ~uniform`: Triton 3.9's interpreter rejects a block & scalar mask
+        tl.store(slot + 1, lo, mask=tl.where(uniform, False, starts))
         tl.store(slot + 2, tl.where(uniform, hi, lo), mask=starts)
         tl.store(slot + 3, hi, mask=starts)
         full_lo = _bound(other, c + pos, seqlen, n_steps, STRICT, IDENTITY)  # pos = kmax on end lanes
-        tl.store(slot + 1, full_lo, mask=ends & uniform)
+        tl.store(slot + 1, full_lo, mask=tl.where(uniform, ends, False))
     # unused segment slots are zero
     unused = (lane >= nseg) & (lane < MAX_SEG)
     zero = tl.zeros_like(lane)

@@ -19,7 +19,7 @@ from torch import Tensor
 from . import library
 from .backends import cupy as cupy_backend
 from .backends.reference import feature_mask, masked_attention
-from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, lower, tile_stats
+from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, dense_mask, lower, tile_stats
 from .patterns import Decisions, SpecBase, check_decisions, parse_spec
 from .patterns.criteria import deferred_lsh, pending_hash, register_lsh_kernel
 from .patterns.specs import Hash, TopKFeatures
@@ -311,26 +311,6 @@ def _with_dense_heads(dec: Decisions, heads: tuple[int, ...]) -> Decisions:
 def _size_bucket(n: int) -> int:
     """n rounded up to a power of two: plans are shared within a bucket."""
     return 1 << max(0, n - 1).bit_length()
-
-
-def dense_mask(
-    spec: SpecBase, dec: Decisions, *, causal: bool, inputs: AttentionInputs, rows: tuple[int, int] | None = None
-) -> Tensor | None:
-    """(B, H, R, T) bool element mask of ``spec`` over ``dec`` for query rows ``rows``
-    (default all: R = T); None when everything is kept."""
-    B, H, T = inputs.batch, inputs.heads, inputs.seqlen
-    r0, r1 = rows or (0, T)
-    dev = inputs.device
-    b = torch.arange(B, device=dev).view(B, 1, 1, 1)
-    h = torch.arange(H, device=dev).view(1, H, 1, 1)
-    i = torch.arange(r0, r1, device=dev).view(1, 1, r1 - r0, 1)
-    j = torch.arange(T, device=dev).view(1, 1, 1, T)
-    mod = spec.mask_mod(dec)
-    mask = None if mod is None else mod(b, h, i, j).expand(B, H, r1 - r0, T)
-    if causal:
-        c = (j <= i).expand(B, H, r1 - r0, T)
-        mask = c if mask is None else mask & c
-    return mask
 
 
 def _lsh_decides(spec: SpecBase) -> bool:

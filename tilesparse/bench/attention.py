@@ -93,7 +93,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tilesparse as ts
 from tilesparse.backends.triton.op import interpreting, sparse_attention, tile_config
-from tilesparse.ir import tile_stats
+from tilesparse.ir import KEY_SENTINEL, tile_stats
 
 from .plot import plot
 
@@ -102,7 +102,7 @@ __all__ = ["GRIDS", "PATTERNS", "Grid", "Pattern", "plot", "print_table", "run"]
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 DTYPE = torch.bfloat16
 MODES = ("fwd", "fwd_bwd")
-KEY_DROPPED = 1 << 30  # Flex layout: original position of a dropped key, after every query
+KEY_DROPPED = KEY_SENTINEL  # Flex layout: original position of a dropped key, after every query
 MIB = 2**20
 
 

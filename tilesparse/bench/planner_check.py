@@ -41,14 +41,16 @@ from tilesparse.ir import check_inputs, lower, tile_stats
 from tilesparse.planner import default_costs, estimate_visited, simplify
 from tilesparse.planner.cost import Shape
 
-from .attention import GRIDS, PATTERNS
+from .grid import GRIDS, PATTERNS
 
 __all__ = ["check_results", "main", "time_grid"]
 
 
 def _timer(device: torch.device, reps: int) -> Callable[[dict[str, Callable[[], object]]], dict[str, float]]:
     """Median ms of each callable, timed interleaved: ``reps`` rounds, each calling every
-    callable once, so drifts of clock and host load hit every option alike."""
+    callable once, so drifts of clock and host load hit every option alike. Not
+    ``triton.testing.do_bench``: it times one callable at a time, and the comparison between
+    options is what this check is about."""
 
     def cuda(calls):
         events = {n: [] for n in calls}

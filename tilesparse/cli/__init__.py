@@ -39,7 +39,7 @@ COMMANDS = (demo, explain, bench, plot)
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand of :data:`COMMANDS` added."""
     parser = argparse.ArgumentParser(
-        prog=_prog(),
+        prog=program_name(),
         description="tilesparse: a compiler for exact dynamic sparse attention.",
     )
     subparsers = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
@@ -58,6 +58,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return args.run(args)
 
 
-def _prog() -> str:
+def program_name() -> str:
     """``tilesparse`` when run as the console script, else ``python -m tilesparse``."""
     return "tilesparse" if os.path.basename(sys.argv[0]) == "tilesparse" else "python -m tilesparse"

@@ -36,9 +36,9 @@ compilation, plan building), input creation, ``attn.decide`` for ``ours``, the v
 statistics, the peak-memory call and the checks.
 
 Timing (:mod:`.timing`), on CUDA: one untimed call (compilation), one for peak memory, then
-``triton.testing.do_bench`` (``--warmup-ms`` of warm-up, about ``--rep-ms`` of calls, each
-bracketed by CUDA events after an L2 flush); the median is reported, p20/p80 under
-``spread``. Calls are queued back to back, so host work that the GPU cannot hide (Python,
+``triton.testing.do_bench`` (``--warmup-ms`` of warm-up, about ``--rep-ms`` of calls but at
+least ``--min-reps``, each bracketed by CUDA events after an L2 flush); the median is
+reported, p20/p80 under ``spread``. Calls are queued back to back, so host work that the GPU cannot hide (Python,
 launches) counts. On the CPU (``--grid quick`` in CI): ``time.perf_counter`` around each call,
 median of ``--cpu-reps``.
 
@@ -311,6 +311,7 @@ def run(
     png: str | Path | None = None,
     warmup_ms: float = 10.0,
     rep_ms: float = 40.0,
+    min_reps: int = 5,
     cpu_reps: int = 3,
     seed: int = 0,
     validate: bool = False,
@@ -344,7 +345,7 @@ def run(
     sparse_backend = "triton" if device.type == "cuda" or interpreting() else "reference"
     s = Settings(
         device=device, batch=batch or g.batch, heads=heads or g.heads, modes=modes, decide=decide, flex=flex,
-        grid=grid, warmup_ms=warmup_ms, rep_ms=rep_ms, cpu_reps=cpu_reps, seed=seed,
+        grid=grid, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps, cpu_reps=cpu_reps, seed=seed,
         validate=validate, ideal_max_t=ideal_max_t, sparse_backend=sparse_backend,
         flex_patterns=_csv(flex_patterns, str) or FLEX_DEFAULT_PATTERNS, flex_seqlens=_csv(flex_seqlens),
     )  # fmt: skip
@@ -388,6 +389,7 @@ def run(
             "method": "triton.testing.do_bench (L2 flushed), median" if s.cuda else "perf_counter, median",
             "warmup_ms": warmup_ms,
             "rep_ms": rep_ms,
+            "min_reps": min_reps,
             "cpu_reps": cpu_reps,
         },
         "seed": seed,

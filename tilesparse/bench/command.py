@@ -50,6 +50,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--png", help="plot path (default: the JSON path with .png)")
     parser.add_argument("--warmup-ms", type=float, default=10.0, help="CUDA: do_bench's warm-up (default: %(default)s)")
     parser.add_argument("--rep-ms", type=float, default=40.0, help="CUDA: do_bench's timed span (default: %(default)s)")
+    parser.add_argument("--min-reps", type=int, default=5, help="CUDA: timed calls at least (default: %(default)s)")
     parser.add_argument("--cpu-reps", type=int, default=3, help="timed calls on the CPU")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--validate", action="store_true", help="compile with validate=True (a device sync per call)")
@@ -68,7 +69,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         args.grid, head_dims=args.d, seqlens=args.t, patterns=args.patterns, batch=args.b, heads=args.h,
         long_row=args.long, modes=args.modes, decide=args.decide, flex=args.flex, flex_patterns=args.flex_patterns,
         flex_seqlens=args.flex_t, out=out, png=args.png, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
-        cpu_reps=args.cpu_reps, seed=args.seed, validate=args.validate, budget_s=args.budget_s or None,
+        min_reps=args.min_reps, cpu_reps=args.cpu_reps, seed=args.seed, validate=args.validate, budget_s=args.budget_s or None,
         ideal_max_t=args.ideal_max_t, device=args.device,
     )  # fmt: skip
     meta = results["meta"]

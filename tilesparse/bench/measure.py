@@ -50,7 +50,7 @@ def measure(name: str, fn: Callable[[], object], rec: Record, s: Settings, *, pe
             rec.peak_mib[name] = round(torch.cuda.max_memory_allocated(s.device) / MIB, 1)
             rec.live_mib[name] = round(live / MIB, 1)
         rec.ms[name], rec.spread[name] = time_call(
-            fn, s.device, warmup_ms=s.warmup_ms, rep_ms=s.rep_ms, cpu_reps=s.cpu_reps
+            fn, s.device, warmup_ms=s.warmup_ms, rep_ms=s.rep_ms, min_reps=s.min_reps, cpu_reps=s.cpu_reps
         )
     except Exception as e:  # noqa: BLE001 - every failure is a recorded result, not a crash
         record_failure(rec, name, e, s)

@@ -67,6 +67,7 @@ class Settings:
     grid: str
     warmup_ms: float
     rep_ms: float
+    min_reps: int
     cpu_reps: int
     seed: int
     validate: bool

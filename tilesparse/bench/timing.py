@@ -1,8 +1,9 @@
 """How one call is timed: ``triton.testing.do_bench`` on CUDA, ``time.perf_counter`` on the CPU.
 
-On CUDA, ``do_bench`` runs the call once to estimate it, warms up for ``warmup_ms``, then times
-calls for about ``rep_ms``, each bracketed by CUDA events after an L2 flush; it returns the
-median and the 20th and 80th percentiles. Calls are queued back to back, so host work that the
+On CUDA, ``do_bench`` runs the call to estimate it, warms up for ``warmup_ms``, then times
+calls for about ``rep_ms`` (stretched to ``min_reps`` calls of one CUDA-event estimate, so a
+slow call still gets that many samples), each bracketed by CUDA events after an L2 flush; it
+returns the median and the 20th and 80th percentiles. Calls are queued back to back, so host work that the
 GPU cannot hide (Python, launches) counts. On the CPU (where ``do_bench`` needs a GPU driver):
 ``time.perf_counter`` around each of ``cpu_reps`` calls, the same statistics from
 :mod:`statistics`.
@@ -45,15 +46,27 @@ def summarize(times_ms: list[float]) -> tuple[float, list]:
 
 
 def time_call(
-    fn: Callable[[], object], device: torch.device, *, warmup_ms: float, rep_ms: float, cpu_reps: int
+    fn: Callable[[], object],
+    device: torch.device,
+    *,
+    warmup_ms: float,
+    rep_ms: float,
+    min_reps: int,
+    cpu_reps: int,
 ) -> tuple[float, list]:
     """(median ms, [p20, p80, n]) of ``fn`` (already warm); n is None on CUDA, where
-    ``do_bench`` picks the count from ``rep_ms``."""
+    ``do_bench`` picks the count (at least about ``min_reps``)."""
     if device.type == "cuda":
         from triton.testing import do_bench
 
         with torch.cuda.device(device):
-            med, p20, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize(device)
+            rep = max(rep_ms, 1.2 * min_reps * start.elapsed_time(end))
+            med, p20, p80 = do_bench(fn, warmup=warmup_ms, rep=rep, quantiles=[0.5, 0.2, 0.8])
         return med, [p20, p80, None]
     times = []
     for _ in range(max(1, cpu_reps)):

@@ -3,14 +3,17 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# an exact torch pin: a plain "torch" resolves to a multi-GB CUDA build on Linux; the CPU
+# suite needs only a CPU build (set TORCH to pick another one)
+TORCH ?= torch==2.13.0
 
-.PHONY: demo test test-gpu bench clean
+.PHONY: demo test test-gpu clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# torch 2.13.0 is the CPU wheel these machines keep on disk; plain "torch" pulls CUDA
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q '$(TORCH)'
+	# the test extra: pytest, hypothesis, the cli extra, and numpy<2.4 for Triton 3.6's interpreter
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
@@ -20,9 +23,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q
 
-# on a machine with a GPU (the device): uses the machine's own python, torch and triton
+# on a machine with a CUDA GPU: uses that machine's own python, torch and triton, kernels compiled
 test-gpu:
-	$(PY) -m pytest -q -m gpu tests/gpu -p no:cacheprovider
+	TRITON_INTERPRET=0 $(PY) -m pytest -q -m gpu tests/gpu -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -80,3 +80,24 @@ def test_quick_triton_interpreter_with_flex(tmp_path, patterns):
             assert r["speedup"]["ours_vs_flex_prebuilt"] > 0
         else:
             assert "flex_prebuilt" in r["skipped"]  # no Flex backward on the CPU
+
+
+def test_a_forward_only_run_prints_its_rows(capsys):
+    """``--modes fwd``: the table of forward rows is printed (not an empty fwd+bwd table)."""
+    from tilesparse.bench.table import print_table
+
+    row = {"pattern": "hash16", "D": 32, "T": 256, "mode": "fwd", "long": False, "ms": {"ours": 1.5, "sdpa_flash": 3.0},
+           "speedup": {"ours_vs_sdpa_flash": 2.0}, "peak_mib": {}, "errors": {}, "skipped": {},
+           "visited_fraction": 0.25, "ideal_fraction": None}  # fmt: skip
+    meta = {"device_name": "cpu", "B": 1, "H": 2, "dtype": "bfloat16"}
+    print_table({"meta": meta, "rows": [row]})
+    out = capsys.readouterr().out
+    assert "fwd ms" in out and "fwd+bwd ms" not in out
+    assert "hash16" in out and "1.5" in out and "25.0" in out
+
+
+def test_cpu_timing_reports_the_median_and_the_20th_and_80th_percentiles():
+    from tilesparse.bench.timing import summarize
+
+    assert summarize([5.0, 1.0, 3.0, 2.0, 4.0]) == (3.0, [1.8, 4.2, 5])
+    assert summarize([2.0]) == (2.0, [2.0, 2.0, 1])

@@ -85,3 +85,17 @@ def test_plot_points_a_training_json_to_its_script(tmp_path, capsys):
     results.write_text(json.dumps({"meta": {"script": "examples/train_lm.py"}, "runs": []}))
     assert main(["plot", str(results)]) == 2
     assert f"python examples/train_lm.py --plot {results}" in capsys.readouterr().err
+
+
+def test_without_the_cli_extra_the_command_names_it():
+    """Without rich (or matplotlib) the command line exits 1 naming the extra to install."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['rich'] = None; sys.argv = ['tilesparse', 'demo']\n"
+        "from tilesparse.__main__ import main; sys.exit(main())"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "pip install 'tilesparse[cli]'" in r.stderr and "missing: rich" in r.stderr

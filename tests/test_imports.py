@@ -152,3 +152,80 @@ def test_the_testing_kit_exports_what_it_names():
 
     assert set(kit.__all__) >= {"specs", "decisions", "attention_inputs", "assert_equivalent"}
     assert all(callable(getattr(kit, n)) or isinstance(getattr(kit, n), tuple) for n in kit.__all__)
+
+
+# the semantics (tilesparse.ir.semantics) and where a copy of them may live: the Triton kernels
+# keep a tl.constexpr copy of the key sentinel, checked at import by backends/triton/op.py
+SEMANTICS = "ir/semantics.py"
+SENTINEL_COPIES = {SEMANTICS, "backends/triton/kernels.py"}
+SEMANTIC_FUNCTIONS = {"dense_mask", "element_mask", "keep_element"}
+
+
+def private_imports(root: Path) -> list[str]:
+    """Every ``from X import _name`` where X is in another package than the importer: a
+    helper used across packages is public in the module that owns it."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        name = module_name(path, root)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not isinstance(node, ast.ImportFrom) or node.level == 0 and not (node.module or "").startswith(root.name):
+                continue
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            target_package = target if _is_package(target, root) else target.rpartition(".")[0]
+            private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            if private and target_package != package:
+                found.append(f"{name} imports {private} from {target}")
+    return found
+
+
+def _is_package(name: str, root: Path) -> bool:
+    return (root / Path(*name.split(".")[1:]) / "__init__.py").is_file()
+
+
+def semantics_outside_ir(root: Path) -> list[str]:
+    """The key sentinel written, or a semantic function defined, outside its owner."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        text = path.read_text()
+        if rel not in SENTINEL_COPIES and ("1 << 30" in text or "1<<30" in text):
+            found.append(f"{rel} writes the key sentinel 1 << 30 (import KEY_SENTINEL from tilesparse.ir)")
+        defined = {n.name for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)}
+        if rel != SEMANTICS and defined & SEMANTIC_FUNCTIONS:
+            found.append(f"{rel} defines {sorted(defined & SEMANTIC_FUNCTIONS)} (owned by tilesparse/{SEMANTICS})")
+    return found
+
+
+def test_no_private_helper_is_imported_across_packages():
+    assert private_imports(ROOT) == []
+
+
+def test_the_semantics_have_one_owner():
+    assert semantics_outside_ir(ROOT) == []
+
+
+def test_the_boundary_checks_catch_a_private_import_and_a_copied_sentinel(tmp_path):
+    pkg = tmp_path / "tilesparse"
+    files = {
+        "__init__.py": "",
+        "ir/__init__.py": "",
+        "ir/prepare.py": "def _select(t):\n    return t\n",
+        "ir/semantics.py": "KEY_SENTINEL = 1 << 30\n",
+        "ir/inspect.py": "from .prepare import _select\n",  # same package: fine
+        "backends/__init__.py": "",
+        "backends/index.py": "from ..ir.prepare import _select\nSENTINEL = 1 << 30\n",
+        "backends/model.py": "def element_mask(p):\n    return p\n",
+    }
+    for rel, text in files.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    assert private_imports(pkg) == ["tilesparse.backends.index imports ['_select'] from tilesparse.ir.prepare"]
+    assert semantics_outside_ir(pkg) == [
+        "backends/index.py writes the key sentinel 1 << 30 (import KEY_SENTINEL from tilesparse.ir)",
+        "backends/model.py defines ['element_mask'] (owned by tilesparse/ir/semantics.py)",
+    ]

@@ -1,5 +1,5 @@
-"""Specs: the JSON round trip of every kind, each spec's mask function against the table in
-DESIGN.md (a Python loop per element), and every validation error naming its field and range.
+"""Specs: the JSON round trip of every kind, each spec's mask function against its definition
+written out as a Python loop per element, and every validation error naming its field and range.
 
 Property tests draw specs and decisions from ``tilesparse.testing``; CPU only, T <= 12 for the
 element loops.
@@ -18,7 +18,7 @@ from tilesparse.testing import decisions, specs
 
 
 def kept_by_table(spec, dec, b, h, i, j) -> bool:
-    """Element (i, j) of (b, h) under ``spec``, read off DESIGN.md's table (causality aside)."""
+    """Element (i, j) of (b, h) under ``spec``, as each spec defines it (causality aside)."""
     if isinstance(spec, ts.PerHead):
         return h in spec.dense_heads or kept_by_table(spec.rest, dec, b, h, i, j)
     if isinstance(spec, ts.Hybrid):

@@ -1,16 +1,16 @@
 """The public entry point: ``compile(spec)`` returns a :class:`CompiledAttention`.
 
-A call validates the inputs, makes or checks the decisions, takes the plan from the cache
-(keyed by dtype, device, head counts, head dim, whether gradients are needed and the batch and
-sequence length rounded up to powers of two: new decisions and new compacted lengths never
-re-plan) and runs each head group on its backend. Under ``torch.autocast`` q, k, v are cast to
+A call validates the inputs, takes the plan from the cache (keyed by dtype, device, head
+counts, head dim, whether gradients are needed and the batch and sequence length rounded up to
+powers of two: new decisions and new compacted lengths never re-plan) and executes the plan's
+steps (``tilesparse.execute``): make or check the decisions, build each group's index, attend
+each group on its backend, merge. Under ``torch.autocast`` q, k, v are cast to
 the autocast dtype first (as SDPA is) and the kernels run without autocast. While dynamo
 traces a call (``torch.compile``), the call becomes the custom ops of ``tilesparse.library``.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -19,10 +19,11 @@ from torch import Tensor
 from . import library
 from .backends import cupy as cupy_backend
 from .backends.reference import feature_mask, masked_attention
+from .execute import execute, with_dense_heads
 from .inference import KVCache, attend_cached
-from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, lower, tile_stats
+from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, dense_mask, lower, tile_stats
 from .patterns import Decisions, SpecBase, check_decisions, parse_spec
-from .patterns.criteria import deferred_lsh, pending_hash, register_lsh_kernel
+from .patterns.criteria import register_lsh_kernel
 from .patterns.specs import Hash, TopKFeatures
 from .planner import Plan, make_plan
 
@@ -172,47 +173,13 @@ class CompiledAttention:
             return self._eager(q, k, v, decisions, generator)
 
     def _eager(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, generator) -> Tensor:
+        """The call outside dynamo (and inside the custom op): the plan's steps, executed."""
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
         plan = self._plan(inputs, decides=decisions is None)
-        dec, prepared = self._prepare_all(plan, inputs, decisions, generator)
-        outs = []
-        for a, g in zip(plan.assignments, prepared, strict=True):
-            if g is not None:
-                outs.append((a.heads, a.backend.attend(g, inputs)))
-            else:
-                outs.append((a.heads, a.backend.attend_heads(a.group, a.heads, inputs, decisions=dec)))
-        self._last = tuple(g for g in prepared if g is not None)
-        if len(outs) == 1 and outs[0][0] == tuple(range(inputs.heads)):
-            return outs[0][1]
-        out = q.new_empty(q.shape)
-        for heads, o in outs:
-            out[:, list(heads)] = o
-        return out
-
-    def _prepare_all(self, plan: Plan, inputs: AttentionInputs, decisions: Decisions | None, generator):
-        """The decisions and every group's index tensors (None for a group that reads none),
-        built by the group's index builder. When the op decides and a builder hashes the
-        ``lsh`` buckets itself, the criterion only draws its rotation (``deferred_lsh``) and
-        that builder's first launch fills the buckets; every other reader waits for them."""
-        fuse = decisions is None and any(a.fused_hash for a in plan.assignments)
-        with deferred_lsh() if fuse else contextlib.nullcontext([]) as pending:
-            dec = self._decisions(inputs, decisions, generator)
-            prepared = []
-            for a in plan.assignments:
-                if not a.backend.needs_prepare:
-                    prepared.append(None)
-                    continue
-                lsh = pending_hash(dec.q_bucket) if a.fused_hash else None
-                if lsh is None:
-                    for p in pending:
-                        p.run()
-                    g = a.builder.prepare(plan.program, a.group, a.heads, _with_dense_heads(dec, a.dense_heads), inputs)
-                else:
-                    g = a.builder.prepare_hashing(plan.program, a.group, a.heads, dec, inputs, lsh)
-                    lsh.done = True
-                prepared.append(g)
-        return dec, prepared
+        ex = execute(plan, inputs, lambda: self._decisions(inputs, decisions, generator), decides=decisions is None)
+        self._last = tuple(g for g in ex.prepared if g is not None)
+        return ex.out
 
     def _traced(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None) -> Tensor:
         """The call as custom ops, for dynamo: decisions (made by the decide op unless given),
@@ -231,10 +198,13 @@ class CompiledAttention:
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
         plan = self._plan(inputs, decides=decisions is None)
-        dec, prepared = self._prepare_all(plan, inputs, decisions, generator)
+        ex = execute(
+            plan, inputs, lambda: self._decisions(inputs, decisions, generator), decides=decisions is None, until="index"
+        )
+        dec = ex.decisions
         groups = tuple(  # a group that reads no index tensors gets the IR's, for inspection
-            g if g is not None else a.backend.prepare(plan.program, a.group, a.heads, _with_dense_heads(dec, a.dense_heads), inputs)
-            for a, g in zip(plan.assignments, prepared, strict=True)
+            g if g is not None else a.backend.prepare(plan.program, a.group, a.heads, with_dense_heads(dec, a.dense_heads), inputs)
+            for a, g in zip(plan.assignments, ex.prepared, strict=True)
         )
         return Prepared(plan.program, groups, inputs.batch, inputs.heads, inputs.seqlen, inputs.q_len)
 
@@ -326,45 +296,9 @@ def _tile_line(g: PreparedGroup) -> str:
     )
 
 
-def _with_dense_heads(dec: Decisions, heads: tuple[int, ...]) -> Decisions:
-    """``dec`` with every token kept and in bucket 0 on ``heads``: a keep and same-bucket mask
-    that is exactly dense attention there (the planner fuses PerHead's dense heads this way)."""
-    if not heads:
-        return dec
-    fields = {}
-    for name, t in dec.items():
-        if t is not None and name.endswith(("_keep", "_bucket")):
-            t = t.clone()
-            t[:, list(heads)] = name.endswith("_keep")  # True for keep, 0 for bucket
-        fields[name] = t
-    return Decisions(**fields).trusted(None)
-
-
 def _size_bucket(n: int) -> int:
     """n rounded up to a power of two: plans are shared within a bucket."""
     return 1 << max(0, n - 1).bit_length()
-
-
-def dense_mask(
-    spec: SpecBase, dec: Decisions, *, causal: bool, inputs: AttentionInputs, rows: tuple[int, int] | None = None
-) -> Tensor | None:
-    """(B, H, R, Tk) bool element mask of ``spec`` over ``dec`` for query rows ``rows``
-    (default all: R = Tq); None when everything is kept. Query row i sits at absolute position
-    Tk - Tq + i, so causality keeps j <= Tk - Tq + i (bottom-right)."""
-    B, H, T = inputs.batch, inputs.heads, inputs.k_len
-    off = inputs.q_offset
-    r0, r1 = rows or (0, inputs.q_len)
-    dev = inputs.device
-    b = torch.arange(B, device=dev).view(B, 1, 1, 1)
-    h = torch.arange(H, device=dev).view(1, H, 1, 1)
-    i = torch.arange(r0, r1, device=dev).view(1, 1, r1 - r0, 1)
-    j = torch.arange(T, device=dev).view(1, 1, 1, T)
-    mod = spec.mask_mod(dec, off)
-    mask = None if mod is None else mod(b, h, i, j).expand(B, H, r1 - r0, T)
-    if causal:
-        c = (j <= i + off).expand(B, H, r1 - r0, T)
-        mask = c if mask is None else mask & c
-    return mask
 
 
 def _lsh_decides(spec: SpecBase) -> bool:

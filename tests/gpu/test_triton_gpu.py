@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilesparse as ts
-from tilesparse.api import dense_mask
+from tilesparse.ir import dense_mask
 from tilesparse.backends.reference import feature_mask, masked_attention
 from tilesparse.backends.triton.op import compiled_kernel_count
 from tilesparse.testing import assert_equivalent

@@ -1,6 +1,6 @@
 """Lowering: each spec kind's program (layout, predicates, score, head groups), and the
 central property that lowering + prepare + ``to_dense()`` gives exactly the spec's mask
-function (``spec.mask_mod`` plus causality, as ``tilesparse.api.dense_mask`` builds it): bits,
+function (``spec.mask_mod`` plus causality, as ``tilesparse.ir.dense_mask`` builds it): bits,
 not tolerances.
 
 Property tests over ``tilesparse.testing`` specs and decisions, T from 1 to 200 with block
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import tilesparse as ts
 from tilesparse import ir
-from tilesparse.api import dense_mask
+from tilesparse.ir import dense_mask
 from tilesparse.patterns import SpecBase
 from tilesparse.testing import decisions, specs
 

@@ -365,3 +365,42 @@ def test_the_default_prepare_hashing_hashes_first_then_prepares():
     assert lsh.runs == 1 and int(qb.min()) >= 0
     want = prepare_group(program, group, (0, 1), dec, batch=1, heads=2, seqlen=70, device="cpu")
     assert torch.equal(got.q_order, want.q_order) and torch.equal(got.k_ranges, want.k_ranges)
+
+
+@pytest.mark.parametrize(
+    ("spec", "backend"),
+    [
+        (ts.Hash(buckets=4), "executor"),
+        (ts.PerHead(dense_heads=[0], rest=ts.Hybrid(parts=[ts.Hash(buckets=4), ts.QKDrop(keep=0.5)])), "auto"),
+        (ts.Dense(), "auto"),
+    ],
+    ids=["one-group", "per-head", "dense"],
+)
+def test_the_call_executes_the_plans_steps_in_a_graph_order(spec, backend, monkeypatch):
+    """The steps cover every node of the stage graph in a topological order, describe()
+    prints them, and a call (and prepare) runs exactly them, in that order."""
+    import networkx as nx
+
+    import tilesparse.execute as execute
+
+    attn = ts.compile(spec, backend=backend)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn((1, 4, 96, 16), generator=g) for _ in range(3))
+    dec = attn.decide(q, k, generator=g)
+    plan = attn.plan(q, k, v, decisions=dec)
+    steps = plan.steps
+    assert steps[0].kind == "decide"
+    first = {n: min(i for i, s in enumerate(steps) if n in s.nodes) for n in plan.graph.nodes}  # every node covered
+    assert all(first[u] <= first[v] for u, v in plan.graph.edges), (steps, list(plan.graph.edges))
+    assert list(nx.topological_sort(plan.graph))  # a DAG
+    assert "steps, as a call runs them: " + " -> ".join(s.describe() for s in steps) in plan.describe()
+
+    ran = []
+    for kind, fn in list(execute._STEPS.items()):
+        monkeypatch.setitem(execute._STEPS, kind, lambda *a, fn=fn: (ran.append(a[1]), fn(*a))[1])
+    out = attn(q, k, v, decisions=dec)
+    assert ran == list(steps)
+    torch.testing.assert_close(out, attn.reference(q, k, v, decisions=dec), atol=1e-4, rtol=1e-4)
+    ran.clear()
+    attn.prepare(q, k, v, decisions=dec)
+    assert ran == [s for s in steps if s.kind in ("decide", "index")]

@@ -18,9 +18,9 @@ Two modes:
 Timing (CUDA): CUDA events around each call after three warm-up calls, median of ``--reps``
 rounds in which every option (each forced backend and the automatic plan) is called once,
 interleaved, so clock and host-load drifts hit every option alike; on the CPU,
-``time.perf_counter`` (for the tests at the quick grid's sizes). Run on the device::
+``time.perf_counter`` (for the tests at the quick grid's sizes). On a CUDA GPU::
 
-    python -m tilesparse.bench.planner_check --grid targets --out $OUT/planner_check_h200.json
+    python -m tilesparse.bench.planner_check --grid targets --out planner_check.json
 """
 
 from __future__ import annotations
@@ -41,14 +41,16 @@ from tilesparse.ir import check_inputs, lower, tile_stats
 from tilesparse.planner import default_costs, estimate_visited, simplify
 from tilesparse.planner.cost import Shape
 
-from .attention import GRIDS, PATTERNS
+from .grid import GRIDS, PATTERNS
 
 __all__ = ["check_results", "main", "time_grid"]
 
 
 def _timer(device: torch.device, reps: int) -> Callable[[dict[str, Callable[[], object]]], dict[str, float]]:
     """Median ms of each callable, timed interleaved: ``reps`` rounds, each calling every
-    callable once, so drifts of clock and host load hit every option alike."""
+    callable once, so drifts of clock and host load hit every option alike. Not
+    ``triton.testing.do_bench``: it times one callable at a time, and the comparison between
+    options is what this check is about."""
 
     def cuda(calls):
         events = {n: [] for n in calls}

@@ -1,11 +1,13 @@
 """``python -m tilesparse bench [--quick] [OPTIONS]``: the benchmark grid of
-:mod:`tilesparse.bench.attention` (tilesparse against SDPA flash/cuDNN and FlexAttention).
+:mod:`tilesparse.bench.attention` (tilesparse against SDPA flash/cuDNN and FlexAttention;
+its options: :mod:`tilesparse.bench.command`).
 
 ``--quick`` is ``--grid quick``: tiny sizes that run on the CPU in seconds (the Triton kernels
 in their interpreter under ``TRITON_INTERPRET=1``, else the reference backend); every other
 option goes to the benchmark engine as it is (``--grid``, ``--t``, ``--patterns``, ``--out``,
-...: ``bench --help`` lists them). A progress bar runs on stderr, the JSON and its figure are
-rewritten as rows come in, and a table is printed at the end.
+...: ``bench --help`` lists them). A progress bar runs on stderr, the JSON (default: in the
+working directory) and its figure are rewritten as rows come in, and a table per mode is
+printed at the end.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bench import attention  # torch's attention modules, rich, matplotlib: only when asked
+    from ..bench import command  # torch's attention modules, matplotlib: only when asked
+    from . import program_name
 
     argv = list(args.extra)
     if args.quick:
         argv = ["--grid", "quick", *argv]
     if "-h" in argv or "--help" in argv:
-        print("python -m tilesparse bench [--quick] [OPTIONS]: --quick is --grid quick; the OPTIONS:\n")
-    return attention.main(argv, prog="python -m tilesparse bench")
+        print(f"{program_name()} bench [--quick] [OPTIONS]: --quick is --grid quick; the OPTIONS:\n")
+    return command.main(argv, prog=f"{program_name()} bench")

@@ -2,7 +2,6 @@
 
 from .inputs import SUPPORTED_DTYPES, AttentionInputs, check_inputs
 from .inspect import (
-    element_mask,
     ideal_tiles,
     layout_mask_rows,
     sparsity,
@@ -14,8 +13,6 @@ from .inspect import (
 )
 from .lower import lower
 from .prepare import (
-    KEY_SENTINEL,
-    QUERY_SENTINEL,
     Prepared,
     PreparedGroup,
     max_segments,
@@ -36,10 +33,21 @@ from .program import (
     SameBucket,
     Score,
 )
+from .semantics import (
+    DROPPED_K_BUCKET,
+    DROPPED_Q_BUCKET,
+    KEY_SENTINEL,
+    QUERY_SENTINEL,
+    dense_mask,
+    element_mask,
+    keep_element,
+)
 from .tiles import tile_intervals, visited_tiles
 from .verify import verify
 
 __all__ = [
+    "DROPPED_K_BUCKET",
+    "DROPPED_Q_BUCKET",
     "KEY_SENTINEL",
     "QUERY_SENTINEL",
     "SUPPORTED_DTYPES",
@@ -58,8 +66,10 @@ __all__ = [
     "SameBucket",
     "Score",
     "check_inputs",
+    "dense_mask",
     "element_mask",
     "ideal_tiles",
+    "keep_element",
     "layout_mask_rows",
     "lower",
     "max_segments",

@@ -9,12 +9,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .prepare import KEY_SENTINEL, Prepared, PreparedGroup
-from .program import Causal, Keep, NotSelf, SameBucket
+from .prepare import Prepared, PreparedGroup
+from .semantics import element_mask
 from .tiles import visited_tiles
 
 __all__ = [
-    "element_mask",
     "ideal_tiles",
     "layout_mask_rows",
     "sparsity",
@@ -38,22 +37,6 @@ def layout_mask_rows(g: PreparedGroup, r0: int, r1: int, *, by_keys: bool = Fals
     qp, qb = g.q_pos[..., rows[0], rows[1]].to(torch.int64), g.q_bucket[..., rows[0], rows[1]]
     kp, kb = g.k_pos[..., cols[0], cols[1]].to(torch.int64), g.k_bucket[..., cols[0], cols[1]]
     return element_mask(g.group.predicates, qp, kp, qb, kb)
-
-
-def element_mask(predicates, q_pos: Tensor, k_pos: Tensor, q_bucket: Tensor, k_bucket: Tensor) -> Tensor:
-    """The conjunction of ``predicates`` over broadcastable layout-row values (what a kernel
-    evaluates inside a tile); sentinel positions fail every test."""
-    m = (q_pos >= 0) & (k_pos != KEY_SENTINEL)
-    for p in predicates:
-        if isinstance(p, Causal):
-            m = m & ((k_pos < q_pos) if p.strict else (k_pos <= q_pos))
-        elif isinstance(p, SameBucket):
-            m = m & (q_bucket == k_bucket)
-        elif isinstance(p, NotSelf):
-            m = m & (k_pos != q_pos)
-        elif not isinstance(p, Keep):  # Keep is the validity test above
-            raise TypeError(f"unknown predicate {p!r}")
-    return m
 
 
 def _group_to_dense(g: PreparedGroup) -> Tensor:

@@ -34,22 +34,23 @@ from torch import Tensor
 
 from ..patterns import Decisions
 from .program import FeatureDotScore, HeadGroup, Keep, Layout, NotSelf, Program, SameBucket
+from .semantics import DROPPED_K_BUCKET, DROPPED_Q_BUCKET, KEY_SENTINEL, QUERY_SENTINEL
 
 __all__ = [
+    "DROPPED_K_BUCKET",
+    "DROPPED_Q_BUCKET",
     "KEY_SENTINEL",
     "QUERY_SENTINEL",
     "Prepared",
     "PreparedGroup",
+    "assemble_group",
+    "head_map",
     "max_segments",
     "prepare",
     "prepare_group",
     "resolve_heads",
+    "select_heads",
 ]
-
-QUERY_SENTINEL = -1  # q_pos of a dropped query: before every key
-KEY_SENTINEL = 1 << 30  # k_pos of a dropped key: after every query
-DROPPED_Q_BUCKET = -1  # bucket of a dropped row: never equal to a kept row's or each other's
-DROPPED_K_BUCKET = -2
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,7 +177,9 @@ def prepare(
     return Prepared(program, tuple(groups), batch, heads, seqlen, q_len)
 
 
-def _select(t: Tensor | None, hs: tuple[int, ...], heads: int) -> Tensor | None:
+def select_heads(t: Tensor | None, hs: tuple[int, ...], heads: int) -> Tensor | None:
+    """The (B, len(hs), ...) view of decision tensor ``t`` on query heads ``hs`` out of
+    ``heads`` (``t`` itself when ``hs`` is every head; None stays None)."""
     if t is None or len(hs) == heads:
         return t
     return t[:, list(hs)]
@@ -199,7 +202,7 @@ def prepare_group(
     B, H, T, device = batch, heads, seqlen, torch.device(device)
     Tq = T if q_len is None else q_len
     Hg = len(hs)
-    sel = lambda t: _select(t, hs, H)  # noqa: E731
+    sel = lambda t: select_heads(t, hs, H)  # noqa: E731
 
     keep_q = sel(dec.q_keep) if group.has(Keep) else None
     keep_k = sel(dec.k_keep) if group.has(Keep) else None
@@ -230,14 +233,14 @@ def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_sid
     supports the score needs; shared by this module and fused index builders."""
     sup_q = sup_k = None
     if isinstance(group.score, FeatureDotScore):
-        sup_q = _select(dec.q_support, hs, heads).to(torch.int32).contiguous()
-        sup_k = _select(dec.k_support, hs, heads).to(torch.int32).contiguous()
+        sup_q = select_heads(dec.q_support, hs, heads).to(torch.int32).contiguous()
+        sup_k = select_heads(dec.k_support, hs, heads).to(torch.int32).contiguous()
     q_order, q_pos, q_bucket, q_ranges, q_nseg = q_side
     k_order, k_pos, k_bucket, k_ranges, k_nseg = k_side
     return PreparedGroup(
         group=group,
         heads=tuple(hs),
-        head_map=_head_map(tuple(hs), torch.device(device)),
+        head_map=head_map(tuple(hs), torch.device(device)),
         seqlen=seqlen,
         block_q=program.block_q,
         block_k=program.block_k,
@@ -257,7 +260,7 @@ def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_sid
 
 
 @functools.lru_cache(maxsize=64)
-def _head_map(heads: tuple[int, ...], device: torch.device) -> Tensor:
+def head_map(heads: tuple[int, ...], device: torch.device) -> Tensor:
     """The group's query heads as an int32 device tensor (cached: one upload per group)."""
     return torch.tensor(heads, dtype=torch.int32, device=device)
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch
 
 from .inspect import FULL, tile_map
-from .prepare import KEY_SENTINEL, QUERY_SENTINEL, Prepared, PreparedGroup
+from .prepare import Prepared, PreparedGroup
 from .program import Layout, Program
+from .semantics import KEY_SENTINEL, QUERY_SENTINEL
 from .tiles import visited_tiles
 
 __all__ = ["verify"]

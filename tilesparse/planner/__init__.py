@@ -2,13 +2,14 @@
 stage graph; ``cost`` is the cost model, ``calibrate`` fits it from benchmark JSON."""
 
 from .cost import CostTable, default_costs, estimate_visited
-from .plan import Assignment, NoBackendError, Plan, format_refusals, make_plan, simplify
+from .plan import Assignment, NoBackendError, Plan, Step, format_refusals, make_plan, simplify
 
 __all__ = [
     "Assignment",
     "CostTable",
     "NoBackendError",
     "Plan",
+    "Step",
     "default_costs",
     "estimate_visited",
     "format_refusals",

@@ -137,14 +137,22 @@ def index_points_of(data: dict) -> dict[str, list[tuple[float, float]]]:
 
 
 def _lstsq(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """(intercept, slope) of the least-squares line; one point: through the origin."""
+    """(intercept, slope) of the least-squares line (``torch.linalg.lstsq``); one point:
+    through the origin; every x equal: the mean, flat (lstsq would split it between the two)."""
     if len(xs) == 1:
         return 0.0, ys[0] / xs[0] if xs[0] else 0.0
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
-    return my - slope * mx, slope
+    if min(xs) == max(xs):
+        return sum(ys) / len(ys), 0.0
+    x = torch.tensor(xs, dtype=torch.float64)
+    a = torch.stack([torch.ones_like(x), x], dim=1)
+    fit = torch.linalg.lstsq(a, torch.tensor(ys, dtype=torch.float64)[:, None], driver="gelsd").solution
+    return float(fit[0, 0]), float(fit[1, 0])
+
+
+def _slope_through_origin(xs: list[float], ys: list[float]) -> float:
+    """The least-squares slope of the line through the origin (``torch.linalg.lstsq``)."""
+    x, y = torch.tensor(xs, dtype=torch.float64)[:, None], torch.tensor(ys, dtype=torch.float64)[:, None]
+    return float(torch.linalg.lstsq(x, y, driver="gelsd").solution[0, 0])
 
 
 def _tiles(p: dict, skips: bool) -> float:
@@ -183,7 +191,7 @@ def fit_backend(pts: list[dict], prior: dict) -> BackendCost:
         xs = [_tiles(p, skips) for p in bound]
         a, b = _lstsq(xs, ys)
         if a < 0:
-            a, b = 0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
+            a, b = 0.0, _slope_through_origin(xs, ys)
         stages.setdefault("attend", {})[mode] = Line(a, b)
     return BackendCost(
         stages=stages,

@@ -25,7 +25,9 @@ When the op makes the decisions itself with the ``lsh`` criterion, a builder tha
 plus the other build; a forced backend builds its own index.
 
 A backend's stage chains (``FUSIONS``) are contracted into one node of the graph each; every
-contraction is a recorded fusion.
+contraction is a recorded fusion. The graph's nodes, in a topological order, become the plan's
+:class:`Step` list (decide; build each group's index; attend each group; merge): the call
+executes exactly these steps (``tilesparse.execute``) and ``describe()`` prints them.
 """
 
 from __future__ import annotations
@@ -49,7 +51,17 @@ from ..ir import (
 )
 from .cost import CostTable, Shape, default_costs, estimate_visited
 
-__all__ = ["Assignment", "NoBackendError", "Plan", "format_refusals", "make_plan", "plan_ms", "shape_of", "simplify"]
+__all__ = [
+    "Assignment", "NoBackendError", "Plan", "Step", "format_refusals", "make_plan", "plan_ms", "shape_of", "simplify",
+]  # fmt: skip
+
+# what a call does, in this order: the stage graph's stages each step covers
+STEP_KINDS: dict[str, tuple[str, ...]] = {
+    "decide": ("decide",),
+    "index": ("layout", "ranges"),
+    "attend": ("gather", "attend", "scatter"),
+    "merge": ("merge",),
+}
 
 
 class NoBackendError(RuntimeError):
@@ -90,14 +102,33 @@ class Assignment:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One step a call executes: ``kind`` is "decide" (make or check the decisions, once),
+    "index" (build ``group``'s index tensors), "attend" (run ``group``'s backend) or "merge"
+    (write every group's heads into the output); ``by`` names who runs it (a backend, or
+    "torch"); ``nodes`` are the stage-graph nodes it covers."""
+
+    kind: str
+    group: int | None
+    by: str
+    nodes: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        where = "" if self.group is None else f" group {self.group}"
+        return f"{self.kind}{where}[{self.by}]"
+
+
+@dataclass(frozen=True)
 class Plan:
-    """The chosen backends, the program lowered with their block sizes, and the stage graph."""
+    """The chosen backends, the program lowered with their block sizes, the stage graph, and
+    the steps a call executes (in an order of the graph)."""
 
     program: Program
     assignments: tuple[Assignment, ...]
     graph: nx.DiGraph
     fusions: tuple[str, ...]
     mode: str = "fwd"
+    steps: tuple[Step, ...] = ()
 
     @property
     def estimated_ms(self) -> float:
@@ -123,6 +154,7 @@ class Plan:
             lines += [f"  refused {line}" for line in format_refusals(a.refused)]
         if self.fusions:
             lines.append("fusions: " + "; ".join(self.fusions))
+        lines.append("steps, as a call runs them: " + " -> ".join(s.describe() for s in self.steps))
         return "\n".join(lines)
 
 
@@ -268,7 +300,33 @@ def make_plan(
     graph, fusions = _stage_graph(assignments, has_decide)
     if fused is not None:
         fusions = (f"group 0: PerHead's dense heads {list(fused.dense_heads)} in the same launch as its rest", *fusions)
-    return Plan(program, tuple(assignments), graph, fusions, "fwd_bwd" if inputs.requires_grad else "fwd")
+    mode = "fwd_bwd" if inputs.requires_grad else "fwd"
+    return Plan(program, tuple(assignments), graph, fusions, mode, _steps(graph, assignments, inputs.heads))
+
+
+def _steps(graph: nx.DiGraph, assignments: list[Assignment], heads: int) -> tuple[Step, ...]:
+    """The graph's nodes as the steps a call runs: one decide (always first: given decisions
+    are checked even when the spec makes none), every group's index build, every group's
+    attend, one merge (unless one group holds every head). Each group's chain keeps its order, and groups are independent, so this
+    is a topological order of the graph (``tests/planner/test_plan.py`` checks it)."""
+
+    def nodes(i: int, kind: str) -> tuple[str, ...]:
+        return tuple(
+            n for n in nx.topological_sort(graph)
+            if graph.nodes[n]["group"] == i and set(n.split(":", 1)[1].split("+")) & set(STEP_KINDS[kind])
+        )  # fmt: skip
+
+    decide = tuple(n for i in range(len(assignments)) for n in nodes(i, "decide"))
+    by = {graph.nodes[n]["backend"] for n in decide}
+    steps = [Step("decide", None, by.pop() if len(by) == 1 else "torch" if not by else "+".join(sorted(by)), decide)]
+    for i, a in enumerate(assignments):
+        if a.backend.needs_prepare:  # the IR's torch code builds it unless the builder has kernels
+            builder = a.builder.NAME if "layout" in a.builder.STAGES else "torch"
+            steps.append(Step("index", i, builder, nodes(i, "index")))
+    steps += [Step("attend", i, a.backend.NAME, nodes(i, "attend")) for i, a in enumerate(assignments)]
+    if len(assignments) != 1 or assignments[0].heads != tuple(range(heads)):
+        steps.append(Step("merge", None, "torch", tuple(n for i in range(len(assignments)) for n in nodes(i, "merge"))))
+    return tuple(steps)
 
 
 def _fuse_dense_heads(assignments: list[Assignment], inputs, backend: str, costs: CostTable) -> Assignment | None:

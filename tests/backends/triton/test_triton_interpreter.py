@@ -135,3 +135,40 @@ def test_config_override_rejects_unknown_fields():
     with pytest.raises(ValueError, match="unknown TileConfig fields"), override_config(block_x=3):
         pass
     assert isinstance(tile_config(64, torch.float16, torch.device("cpu")), TileConfig)
+
+
+def test_the_bf16_dot_patch_is_tied_to_the_versions_that_need_it():
+    """The installed Triton's own interpreter dot gets bf16 wrong exactly when the backend says
+    the patch is needed; a release that fixes it fails here until it is recorded as fixed."""
+    import triton
+    import triton.language as tl
+    from triton.runtime import interpreter as tri_interpreter
+
+    from tilesparse.backends.triton import interpreter
+
+    assert interpreter.needs_bf16_dot_patch("3.6.0") and interpreter.needs_bf16_dot_patch("3.7.1")
+    assert interpreter.triton_version("3.10.2") == (3, 10)
+
+    @triton.jit
+    def dot16(a_ptr, b_ptr, c_ptr):
+        offs = tl.arange(0, 16)
+        a = tl.load(a_ptr + offs[:, None] * 16 + offs[None, :])
+        b = tl.load(b_ptr + offs[:, None] * 16 + offs[None, :])
+        tl.store(c_ptr + offs[:, None] * 16 + offs[None, :], tl.dot(a, b))
+
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn((16, 16), generator=g).to(torch.bfloat16) for _ in range(2))
+    want = a.float() @ b.float()
+    builder = tri_interpreter.InterpreterBuilder
+    patched = builder.create_dot
+    builder.create_dot = interpreter.unpatched_create_dot()
+    try:
+        c = torch.empty((16, 16), dtype=torch.float32)
+        dot16[(1,)](a, b, c)
+    finally:
+        builder.create_dot = patched
+    broken = not torch.allclose(c, want, atol=1e-2, rtol=1e-2)
+    assert broken == interpreter.needs_bf16_dot_patch(), (triton.__version__, (c - want).abs().max())
+    interpreter.patch_bf16_dot()
+    dot16[(1,)](a, b, c)
+    torch.testing.assert_close(c, want, atol=1e-3, rtol=1e-3)

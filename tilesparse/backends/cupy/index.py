@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ...ir import HeadGroup, Keep, PreparedGroup, Program, SameBucket, max_segments
-from ...ir.prepare import _head_map, _select, assemble_group
+from ...ir.prepare import assemble_group, head_map, select_heads
 from .compile import SHARED_LIMIT, module
 from .layout import P_CAUSAL, P_NOT_SELF, P_STRICT, predicate_bits
 from .op import _DTYPE_TAG, launch
@@ -113,7 +113,7 @@ def _count(q, k, rotations, heads, qb, kb, qk, kk, n_buckets: int, has_bucket: b
             raise ValueError(f"the rotation of {n_buckets} buckets at D={D} ({smem} bytes) does not fit in shared memory")
         q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
         group, tag = q.shape[1] // k.shape[1], _DTYPE_TAG[q.dtype]
-        xs = (q, k, rotations.contiguous(), _head_map(tuple(heads), device))
+        xs = (q, k, rotations.contiguous(), head_map(tuple(heads), device))
         strides = (*_i64(q.stride()[:3]), *_i64(k.stride()[:3]))
         dims = (Hg, group, D, half, n_buckets - half)
     else:
@@ -168,7 +168,7 @@ def build_group(
     n_buckets = group.buckets if has_bucket else 1
     if n_buckets > MAX_BUCKETS:
         raise ValueError(f"the fused index build handles at most {MAX_BUCKETS} buckets, got {n_buckets}")
-    sel = lambda t: None if t is None else _select(t, heads, n_heads)  # noqa: E731
+    sel = lambda t: None if t is None else select_heads(t, heads, n_heads)  # noqa: E731
     i32 = dict(dtype=torch.int32, device=device)
     hashing = has_bucket and rotations is not None
     if hashing:

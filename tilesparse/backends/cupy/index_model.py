@@ -16,7 +16,8 @@ from itertools import accumulate
 import torch
 
 from ...ir import HeadGroup, Keep, PreparedGroup, Program, SameBucket, max_segments
-from ...ir.prepare import _select, assemble_group
+from ...ir import DROPPED_K_BUCKET, DROPPED_Q_BUCKET, KEY_SENTINEL, QUERY_SENTINEL
+from ...ir.prepare import assemble_group, select_heads
 from .index import CHUNK, NT
 from .layout import P_CAUSAL, P_NOT_SELF, P_STRICT, predicate_bits
 
@@ -65,7 +66,7 @@ def index_scatter(side: int, chunk: int, bins, o_bins, cnt, o_cnt, out, *, n_buc
     run = [start[i] + sum(cnt[c][i] for c in range(chunk)) for i in range(n_bins)]  # s_run
     o_start = [0, *accumulate(sum(o_cnt[c][i] for c in range(n_chunks)) for i in range(n_bins))]  # s_other
     nonempty = [0, *accumulate(int(x > 0 and i < n_buckets) for i, x in enumerate(total))]  # s_nonempty
-    sentinel, dropped = (-1, -1) if side == 0 else (1 << 30, -2)
+    sentinel, dropped = (QUERY_SENTINEL, DROPPED_Q_BUCKET) if side == 0 else (KEY_SENTINEL, DROPPED_K_BUCKET)
     kept = start[n_buckets]  # rows past it are dropped
     # passes of nt tokens; with chunk_size % nt != 0 the last one runs past the chunk and rewrites
     # the next chunk's rows with the same values (its running offsets are where that chunk starts)
@@ -154,7 +155,7 @@ def build_group_model(program: Program, group: HeadGroup, heads: tuple[int, ...]
     B, T, Hg = batch, seqlen, len(heads)
     has_bucket, has_keep = group.has(SameBucket), group.has(Keep)
     n_buckets = group.buckets if has_bucket else 1
-    sel = lambda t: _select(t, heads, n_heads).reshape(B * Hg, T).cpu()
+    sel = lambda t: select_heads(t, heads, n_heads).reshape(B * Hg, T).cpu()
     bins = []  # [side][b * Hg]: every token's bin
     for s in range(2):
         bucket = sel((dec.q_bucket, dec.k_bucket)[s]).long() if has_bucket else torch.zeros((B * Hg, T)).long()

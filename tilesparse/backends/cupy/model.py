@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor
 
-from ...ir import KEY_SENTINEL, PreparedGroup
+from ...ir import KEY_SENTINEL, PreparedGroup, keep_element
 from .layout import BM, BN, P_CAUSAL, P_NOT_SELF, P_SAME_BUCKET, P_STRICT, CompressedKeys
 
 __all__ = ["TorchModel"]
@@ -24,16 +24,12 @@ LOG2E = 1.4426950408889634
 
 
 def _keep(qp: Tensor, qb: Tensor, kp: Tensor, kb: Tensor, flags: int) -> Tensor:
-    """``keep_element`` of sfa.cu over broadcast (rows x cols) positions and buckets."""
-    if flags & P_CAUSAL:
-        keep = (kp < qp) if flags & P_STRICT else (kp <= qp)
-    else:
-        keep = (qp >= 0) & (kp != KEY_SENTINEL)
-    if flags & P_SAME_BUCKET:
-        keep = keep & (qb == kb)
-    if flags & P_NOT_SELF:
-        keep = keep & (kp != qp)
-    return keep
+    """``keep_element`` of sfa.cu over broadcast (rows x cols) positions and buckets: the IR's
+    predicates from the kernel's flag bits."""
+    return keep_element(
+        qp, kp, qb, kb, causal=bool(flags & P_CAUSAL), strict=bool(flags & P_STRICT),
+        same_bucket=bool(flags & P_SAME_BUCKET), not_self=bool(flags & P_NOT_SELF),
+    )  # fmt: skip
 
 
 def _segment_tiles(rng: Tensor, nseg: int, width: int):

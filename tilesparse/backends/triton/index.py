@@ -30,6 +30,8 @@ import triton
 import triton.language as tl
 
 from ...ir import (
+    DROPPED_K_BUCKET,
+    DROPPED_Q_BUCKET,
     KEY_SENTINEL,
     QUERY_SENTINEL,
     HeadGroup,
@@ -40,7 +42,7 @@ from ...ir import (
     SameBucket,
     max_segments,
 )
-from ...ir.prepare import DROPPED_K_BUCKET, DROPPED_Q_BUCKET, _select, assemble_group
+from ...ir.prepare import assemble_group, select_heads
 from .op import predicate_flags
 
 __all__ = ["build_group"]
@@ -225,11 +227,12 @@ def _build_side(SKEY, ORDER, OTHER, ORDER_OUT, POS_OUT, BKT_OUT, RANGES, NSEG,
         lo = _bound(other, c + pos, seqlen, n_steps, STRICT, IDENTITY)  # pos = kmin on start lanes
         hi = bucket_end
         tl.store(slot, lo, mask=starts)
-        tl.store(slot + 1, lo, mask=starts & (~uniform))
+        # tl.where, not `starts & ~uniform`: Triton 3.9's interpreter rejects a block & scalar mask
+        tl.store(slot + 1, lo, mask=tl.where(uniform, False, starts))
         tl.store(slot + 2, tl.where(uniform, hi, lo), mask=starts)
         tl.store(slot + 3, hi, mask=starts)
         full_lo = _bound(other, c + pos, seqlen, n_steps, STRICT, IDENTITY)  # pos = kmax on end lanes
-        tl.store(slot + 1, full_lo, mask=ends & uniform)
+        tl.store(slot + 1, full_lo, mask=tl.where(uniform, ends, False))
     # unused segment slots are zero
     unused = (lane >= nseg) & (lane < MAX_SEG)
     zero = tl.zeros_like(lane)
@@ -341,7 +344,7 @@ def build_group(
     sorted_keys: list[torch.Tensor | None] = [None, None]
     orders: list[torch.Tensor | None] = [None, None]
     if not st.identity:
-        sel = lambda t: _select(t, heads, n_heads).contiguous()  # noqa: E731
+        sel = lambda t: select_heads(t, heads, n_heads).contiguous()  # noqa: E731
         keys, skeys, order = take(2, B, Hg, T), take(2, B, Hg, T), take(2, B, Hg, T)
         counts = take(2, B * Hg, st.n_chunks, st.cat_pad)
         q_keep, k_keep = (sel(dec.q_keep), sel(dec.k_keep)) if st.keep else (keys, keys)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# must match tilesparse.ir.prepare.KEY_SENTINEL (checked by a test)
+# must match tilesparse.ir.semantics.KEY_SENTINEL (op.py checks it at import)
 KEY_SENTINEL = tl.constexpr(1 << 30)
 
 # per-step sizes are runtime values; keep Triton from specializing on their divisibility

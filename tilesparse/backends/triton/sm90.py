@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from ...ir import KEY_SENTINEL, QUERY_SENTINEL
 from . import kernels
 from .op import TileConfig, _block_d, _precision, tile_config
 
@@ -227,7 +228,7 @@ def index_variants() -> list[tuple[str, dict]]:
     for query_side in (True, False):
         for causal, strict, not_self, identity in ((True, False, False, False), (True, True, False, True), (False, False, True, False)):
             out.append(("_build_side", dict(
-                SENTINEL=-1 if query_side else 1 << 30, DROPPED_BUCKET=-1, BLOCK=128, MAX_SEG=16, QUERY_SIDE=query_side,
+                SENTINEL=QUERY_SENTINEL if query_side else KEY_SENTINEL, DROPPED_BUCKET=-1, BLOCK=128, MAX_SEG=16, QUERY_SIDE=query_side,
                 CAUSAL=causal, STRICT=strict, NOT_SELF=not_self, IDENTITY=identity,
             )))  # fmt: skip
     return out

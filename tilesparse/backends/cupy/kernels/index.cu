@@ -22,6 +22,7 @@
 
 #define NT 256
 #define CHUNK 1024
+#define KEY_SENTINEL (1 << 30)  // tilesparse.ir.semantics.KEY_SENTINEL: k_pos of a dropped key
 #define COLS 8         // threads per token in the LSH
 #define TT (NT / COLS)  // tokens per tile of the LSH
 static_assert(CHUNK % NT == 0, "a program's passes of NT tokens must tile its chunk");
@@ -204,7 +205,7 @@ __global__ void __launch_bounds__(NT) index_scatter(
     const long long row0 = (long long)bh * seqlen;
     const long long out0 = ((long long)side * gridDim.y + bh) * seqlen;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int sentinel = side == 0 ? -1 : (1 << 30);
+    const int sentinel = side == 0 ? -1 : KEY_SENTINEL;
     const int dropped = side == 0 ? -1 : -2;
     const int block = side == 0 ? block_q : block_k;
     const int max_seg = side == 0 ? q_max_seg : k_max_seg;

@@ -1,0 +1,114 @@
+"""Executing a plan: the call runs ``plan.steps`` in order, nothing else.
+
+``decide`` makes the decisions (or checks the given ones); ``index`` builds a group's index
+tensors with the group's index builder; ``attend`` runs the group's backend on them (a backend
+that reads no index tensors attends the group's heads directly); ``merge`` writes every group's
+heads into one output. When the call makes its own decisions and a builder hashes the ``lsh``
+buckets itself (``Assignment.fused_hash``), the criterion only draws its rotation inside
+``deferred_lsh`` and that builder's first launch fills the buckets; every other reader of the
+buckets waits for them. The eager call and the ``torch.compile`` custom op
+(``tilesparse.library``) both come here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from .ir import AttentionInputs, PreparedGroup
+from .patterns import Decisions
+from .patterns.criteria import deferred_lsh, pending_hash
+from .planner import Plan, Step
+from .planner.plan import STEP_KINDS
+
+__all__ = ["Execution", "execute", "with_dense_heads"]
+
+
+@dataclass
+class Execution:
+    """What the steps produced: the decisions, each group's index tensors (None for a group
+    that reads none), each group's output, and the call's output."""
+
+    decisions: Decisions | None = None
+    prepared: list[PreparedGroup | None] = field(default_factory=list)
+    outputs: list[Tensor | None] = field(default_factory=list)
+    out: Tensor | None = None
+
+
+def execute(
+    plan: Plan,
+    inputs: AttentionInputs,
+    decide: Callable[[], Decisions],
+    *,
+    decides: bool,
+    until: str | None = None,
+) -> Execution:
+    """Run ``plan.steps`` on ``inputs``; ``decide()`` makes or checks the decisions, and
+    ``decides`` says whether it makes them (only then may a builder hash the ``lsh`` buckets).
+    ``until``: run only the steps up to that kind (``"index"``: the decisions and the index
+    tensors, for ``prepare``)."""
+    n = len(plan.assignments)
+    ex = Execution(prepared=[None] * n, outputs=[None] * n)
+    kinds = list(STEP_KINDS)
+    steps = [s for s in plan.steps if until is None or kinds.index(s.kind) <= kinds.index(until)]
+    fuse = decides and any(a.fused_hash for a in plan.assignments)
+    with deferred_lsh() if fuse else contextlib.nullcontext([]) as pending:
+        for step in steps:
+            _STEPS[step.kind](plan, step, inputs, ex, decide, pending)
+    return ex
+
+
+def _decide(plan, step: Step, inputs, ex: Execution, decide, pending) -> None:
+    ex.decisions = decide()
+
+
+def _index(plan, step: Step, inputs, ex: Execution, decide, pending) -> None:
+    a = plan.assignments[step.group]
+    lsh = pending_hash(ex.decisions.q_bucket) if a.fused_hash else None
+    if lsh is None:
+        for p in pending:  # the buckets this build reads, hashed first
+            p.run()
+        dec = with_dense_heads(ex.decisions, a.dense_heads)
+        ex.prepared[step.group] = a.builder.prepare(plan.program, a.group, a.heads, dec, inputs)
+    else:
+        ex.prepared[step.group] = a.builder.prepare_hashing(plan.program, a.group, a.heads, ex.decisions, inputs, lsh)
+        lsh.done = True
+
+
+def _attend(plan, step: Step, inputs, ex: Execution, decide, pending) -> None:
+    a = plan.assignments[step.group]
+    g = ex.prepared[step.group]
+    if g is not None:
+        ex.outputs[step.group] = a.backend.attend(g, inputs)
+    else:
+        ex.outputs[step.group] = a.backend.attend_heads(a.group, a.heads, inputs, decisions=ex.decisions)
+    if len(plan.assignments) == 1 and a.heads == tuple(range(inputs.heads)):
+        ex.out = ex.outputs[step.group]  # one group of every head: its output is the call's
+
+
+def _merge(plan, step: Step, inputs, ex: Execution, decide, pending) -> None:
+    out = inputs.q.new_empty(inputs.q.shape)
+    for a, o in zip(plan.assignments, ex.outputs, strict=True):
+        out[:, list(a.heads)] = o
+    ex.out = out
+
+
+_STEPS = {"decide": _decide, "index": _index, "attend": _attend, "merge": _merge}
+
+
+def with_dense_heads(dec: Decisions, heads: tuple[int, ...]) -> Decisions:
+    """``dec`` with every token kept and in bucket 0 on ``heads``: a keep and same-bucket mask
+    that is exactly dense attention there (the planner fuses PerHead's dense heads this way)."""
+    if not heads:
+        return dec
+    fields = {}
+    for name, t in dec.items():
+        if t is not None and name.endswith(("_keep", "_bucket")):
+            t = t.clone()
+            t[:, list(heads)] = name.endswith("_keep")  # True for keep, 0 for bucket
+        fields[name] = t
+    return Decisions(**fields).trusted(None)
+

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-gpu bench clean
+.PHONY: demo test test-transformers test-gpu bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,6 +19,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q
+
+# the Hugging Face integration's tests (the transformers extra is too large for `make test`)
+test-transformers: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[transformers]'
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -m transformers tests/integrations
 
 # on a machine with a GPU (the device): uses the machine's own python, torch and triton
 test-gpu:

@@ -373,8 +373,8 @@ def dense_mask(
 def _index_mask(mod, inputs: AttentionInputs) -> Tensor:
     """(B, H, T, T) bool of a mask function over every (b, h, i, j)."""
     B, H, T, dev = inputs.batch, inputs.heads, inputs.seqlen, inputs.device
-    idx = (torch.arange(n, device=dev).view(*(n if d == a else 1 for d in range(4))) for a, n in enumerate((B, H, T, T)))
-    return mod(*idx).expand(B, H, T, T)
+    b, h, i, j = (torch.arange(n, device=dev) for n in (B, H, T, T))
+    return mod(b.view(B, 1, 1, 1), h.view(1, H, 1, 1), i.view(1, 1, T, 1), j.view(1, 1, 1, T)).expand(B, H, T, T)
 
 
 def _lsh_decides(spec: SpecBase) -> bool:

@@ -50,7 +50,8 @@ class SdpaCall:
 
     @property
     def plain(self) -> bool:
-        return self.scale is None and self.key_padding_mask is None and self.document_ids is None and not self.return_lse
+        masks = self.key_padding_mask is not None or self.document_ids is not None
+        return self.scale is None and not masks and not self.return_lse
 
 
 PLAIN = SdpaCall()

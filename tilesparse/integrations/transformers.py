@@ -78,7 +78,9 @@ def register(
         raise ValueError(f"resample must be True, False or 'train', got {resample!r}")
     base = parse_spec(spec)
     if layers is not None and not (callable(layers) or isinstance(layers, Mapping)):
-        raise TypeError(f"layers must be a dict {{layer_idx: spec}} or a callable layer_idx -> spec, got {type(layers).__name__}")
+        raise TypeError(
+            f"layers must be a dict {{layer_idx: spec}} or a callable layer_idx -> spec, got {type(layers).__name__}"
+        )
     ops: dict[tuple[int, bool], api.CompiledAttention] = {}
 
     def op_for(layer: int, causal: bool) -> api.CompiledAttention:
@@ -106,7 +108,8 @@ def register(
         _refuse(name, module, query, key, dropout, kwargs)
         op = op_for(int(getattr(module, "layer_idx", 0) or 0), causal)
         op.resample = module.training if resample == "train" else resample
-        kpm = key_padding_from_mask(attention_mask, causal=causal, batch=query.shape[0], q_len=query.shape[2], k_len=key.shape[2])
+        B, Tq, Tk = query.shape[0], query.shape[2], key.shape[2]
+        kpm = key_padding_from_mask(attention_mask, causal=causal, batch=B, q_len=Tq, k_len=Tk)
         out = op(query, key, value, scale=scaling, key_padding_mask=kpm)
         return out.transpose(1, 2).contiguous(), None
 
@@ -124,7 +127,9 @@ def _refuse(name: str, module, query: Tensor, key: Tensor, dropout: float, kwarg
             "(no window predicate); set config.sliding_window=None (or use_sliding_window=False)"
         )
     if kwargs.get("softcap") is not None:
-        raise ValueError(f"attn_implementation={name!r}: softcap={kwargs['softcap']} (logit soft-capping) is not supported")
+        raise ValueError(
+            f"attn_implementation={name!r}: softcap={kwargs['softcap']} (logit soft-capping) is not supported"
+        )
     if dropout and dropout > 0:
         raise ValueError(
             f"attn_implementation={name!r}: attention dropout={dropout} in training mode is not supported; "
@@ -149,8 +154,10 @@ def key_padding_from_mask(mask: Tensor | None, *, causal: bool, batch: int, q_le
             f"attention mask of dtype {getattr(mask, 'dtype', type(mask).__name__)}: expected the boolean "
             "mask of transformers' sdpa_mask (register() installs it)"
         )
-    if mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[2] != q_len or mask.shape[3] != k_len or mask.shape[0] not in (1, batch):
-        raise ValueError(f"attention mask of shape {tuple(mask.shape)}: expected (B={batch}, 1, Tq={q_len}, Tk={k_len})")
+    if mask.dim() != 4 or tuple(mask.shape[1:]) != (1, q_len, k_len) or mask.shape[0] not in (1, batch):
+        raise ValueError(
+            f"attention mask of shape {tuple(mask.shape)}: expected (B={batch}, 1, Tq={q_len}, Tk={k_len})"
+        )
     mask = mask.expand(batch, 1, q_len, k_len)
     kpm = mask[:, 0, -1, :] if causal else mask[:, 0, 0, :]
     want = kpm[:, None, None, :]

@@ -108,7 +108,8 @@ def padded_decisions(
         for name, t in fields.items():
             if t is not None and name.endswith(("_keep", "_bucket")):
                 fill = True if name.endswith("_keep") else 0
-                fields[name] = torch.where(dense.view(1, -1, 1), torch.as_tensor(fill, dtype=t.dtype, device=t.device), t)
+                fill_t = torch.as_tensor(fill, dtype=t.dtype, device=t.device)
+                fields[name] = torch.where(dense.view(1, -1, 1), fill_t, t)
     need = padded.decision_fields
     like = document_ids if document_ids is not None else key_padding_mask
     B, Tk = like.shape
@@ -147,7 +148,8 @@ def padding_mask_mod(key_padding_mask: Tensor | None, document_ids: Tensor | Non
         return None
 
     def mod(b, h, i, j):
-        out = torch.ones((), dtype=torch.bool, device=(key_padding_mask if key_padding_mask is not None else document_ids).device)
+        like = key_padding_mask if key_padding_mask is not None else document_ids
+        out = torch.ones((), dtype=torch.bool, device=like.device)
         if key_padding_mask is not None:
             out = out & key_padding_mask[b, j]
         if document_ids is not None:

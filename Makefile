@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # suite needs only a CPU build (set TORCH to pick another one)
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test test-gpu clean
+.PHONY: demo test test-transformers test-gpu clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,6 +22,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q
+
+# the Hugging Face integration's tests (the transformers extra is too large for `make test`)
+test-transformers: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[transformers]'
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -m transformers tests/integrations
 
 # on a machine with a CUDA GPU: uses that machine's own python, torch and triton, kernels compiled
 test-gpu:

@@ -15,8 +15,21 @@ spec; the spec's criterion makes new decisions from the model's q and k at every
 - ``keep0.7``: ``QKDrop(keep=0.7)`` (Bernoulli: each query and key kept with probability 0.7)
 - ``hybrid``: ``Hybrid(Hash(16), QKDrop(0.7))``
 
-``--shared-qk`` sets the keys to the L2-normalized queries, as the SCFA paper does after
-Reformer (the key projection then goes away).
+Two protocols run side by side (``--protocols``, default both):
+
+- ``standard``: separate keys, the variants above; the baseline is ``dense``;
+- ``shared-qk``: the SCFA paper's protocol after Reformer: keys are the L2-normalized queries
+  (the key projection goes away) and no token attends to itself. Its variants are
+  ``dense-noself`` (``Hash(buckets=1, attend_self=False)``: dense attention without the
+  diagonal, Reformer's rule and the paper's dense baseline), ``hash16-noself``
+  (``Hash(buckets=16, attend_self=False)``) and ``dense`` (shared QK attending to itself).
+
+Each protocol's sparse runs are compared with its own baseline, at equal steps and at equal
+training time (the baseline's and the run's losses at the last evaluation each reached within
+the shorter of their two training times), and every run with the standard dense model
+(``gap to standard dense``): parity within a protocol says nothing of the protocols' distance.
+The ranking of each (protocol, T) group by validation loss is reported as stable when it is
+the same at each of the last three evaluation steps the group has in common.
 
 Every variant at a given T starts from the same initial weights (``--seed``), sees the same
 batches in the same order (random windows of T + 1 bytes, ``--batch`` of them a step) and runs
@@ -75,6 +88,16 @@ VARIANTS: dict[str, ts.Spec] = {
     "hash16": ts.Hash(buckets=16),
     "keep0.7": ts.QKDrop(keep=0.7),
     "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)]),
+}
+SHARED_QK_VARIANTS: dict[str, ts.Spec] = {
+    "dense-noself": ts.Hash(buckets=1, attend_self=False),
+    "hash16-noself": ts.Hash(buckets=16, attend_self=False),
+    "dense": ts.Dense(),
+}
+# protocol -> (variants, keys are the normalized queries, the baseline variant)
+PROTOCOLS: dict[str, tuple[dict[str, ts.Spec], bool, str]] = {
+    "standard": (VARIANTS, False, "dense"),
+    "shared-qk": (SHARED_QK_VARIANTS, True, "dense-noself"),
 }
 VOCAB = 256
 
@@ -145,7 +168,8 @@ class Attention(nn.Module):
         parts = self.qkv(x).view(B, T, -1, self.cfg.heads, self.cfg.head_dim).transpose(1, 3).unbind(2)
         q = rotary(parts[0], cos, sin)
         # shared QK (Reformer, SCFA): the keys are the normalized queries
-        k = F.normalize(q, dim=-1) if self.cfg.shared_qk else rotary(parts[1], cos, sin)
+        # (F.normalize returns float32 under autocast: back to q's dtype, the op takes one dtype)
+        k = F.normalize(q, dim=-1).to(q.dtype) if self.cfg.shared_qk else rotary(parts[1], cos, sin)
         v = parts[-1]
         # the op gets the autocast dtype as is; its own arithmetic runs outside autocast
         with torch.autocast(x.device.type, enabled=False):
@@ -227,9 +251,10 @@ def train_run(
     variant, T = record["variant"], record["T"]
     train, val = corpus
     amp = device.type == "cuda"
-    spec = VARIANTS[variant]
+    variants, shared_qk, _ = PROTOCOLS[record.get("protocol", "standard")]
+    spec = variants[variant]
     attn = ts.compile(spec, causal=True, backend=args.backend)
-    cfg = ModelConfig(args.layers, args.width, args.heads, args.shared_qk)
+    cfg = ModelConfig(args.layers, args.width, args.heads, shared_qk)
     torch.manual_seed(args.seed)
     model = ByteGPT(cfg, attn).to(device)
     groups = [  # weight decay on matrices only, not on norms
@@ -316,9 +341,13 @@ def speed(step_ms: list[float], skip: int, tokens: int) -> dict:
 def run(args: argparse.Namespace) -> dict:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     seqlens = [int(t) for t in str(args.t).split(",")]
-    variants = args.variants.split(",")
-    if bad := [v for v in variants if v not in VARIANTS]:
-        raise SystemExit(f"unknown variants {bad}; known: {list(VARIANTS)}")
+    protocols = args.protocols.split(",")
+    if bad := [p for p in protocols if p not in PROTOCOLS]:
+        raise SystemExit(f"unknown protocols {bad}; known: {list(PROTOCOLS)}")
+    known = {v for p in protocols for v in PROTOCOLS[p][0]} | {f"{p}:{v}" for p in protocols for v in PROTOCOLS[p][0]}
+    wanted = args.variants.split(",") if args.variants else None
+    if wanted and (bad := [v for v in wanted if v not in known]):
+        raise SystemExit(f"unknown variants {bad}; known in protocols {protocols}: {sorted(known)}")
     out = Path(args.out) / f"{args.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -335,7 +364,8 @@ def run(args: argparse.Namespace) -> dict:
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "python": platform.python_version(), "torch": torch.__version__, "tilesparse": ts.__version__,
             "triton": _version("triton"),
-            "model": {**asdict(ModelConfig(args.layers, args.width, args.heads, args.shared_qk)), "vocab": VOCAB},
+            "model": {**asdict(ModelConfig(args.layers, args.width, args.heads, protocols == ["shared-qk"])), "vocab": VOCAB},
+            "protocols": protocols,
             "dtype": "bfloat16 autocast" if device.type == "cuda" else "float32",
             "corpus": corpus_info,
             "settings": {k: v for k, v in vars(args).items() if k not in ("plot", "report")},
@@ -343,17 +373,18 @@ def run(args: argparse.Namespace) -> dict:
         "runs": [],
     }  # fmt: skip
     save = lambda: out.write_text(json.dumps(results, indent=1))  # noqa: E731
-    work = [(v, T) for T in seqlens for v in variants]
-    for i, (variant, T) in enumerate(work):
+    work = [(p, v, T) for T in seqlens for p in protocols for v in PROTOCOLS[p][0]
+            if not wanted or v in wanted or f"{p}:{v}" in wanted]
+    for i, (protocol, variant, T) in enumerate(work):
         budget = None
         if args.time_budget_s:  # what is left, shared by the runs still to do
             budget = (args.time_budget_s - (time.perf_counter() - t_start)) / (len(work) - i)
-        record = {"variant": variant, "T": T}
+        record = {"protocol": protocol, "variant": variant, "T": T}
         results["runs"].append(record)
         if budget is not None and budget <= 0:
             record["stopped"] = f"not run: the time budget of {args.time_budget_s} s was spent"
             continue
-        print(f"[{time.perf_counter() - t_start:6.1f} s] {variant} T={T}: training", flush=True)
+        print(f"[{time.perf_counter() - t_start:6.1f} s] {protocol} {variant} T={T}: training", flush=True)
         try:
             train_run(record, args, (train, val), device, budget, save)
         except Exception as e:  # noqa: BLE001 - a failed run is a result; the others go on
@@ -373,6 +404,7 @@ def run(args: argparse.Namespace) -> dict:
     except ImportError as e:
         print(f"no plot ({e}); draw it elsewhere: python examples/train_lm.py --plot {out}")
     print(report(results))
+    print(protocol_report(results))
     return results
 
 
@@ -408,8 +440,8 @@ def comparisons(results: dict | str | Path) -> list[dict]:
     runs = [r for r in _load(results)["runs"] if not r.get("error") and r.get("eval")]
     rows = []
     for r in runs:
-        dense = next((d for d in runs if d["variant"] == "dense" and d["T"] == r["T"]), None)
-        row = {"variant": r["variant"], "T": r["T"], "steps": r["steps_done"], "step_ms": r.get("step_ms_median"),
+        dense = next((d for d in runs if d["variant"] == "dense" and d["T"] == r["T"] and _label(d) == "dense"), None)
+        row = {"variant": _label(r), "T": r["T"], "steps": r["steps_done"], "step_ms": r.get("step_ms_median"),
                "tokens_per_s": r.get("tokens_per_s"), "val_loss": r["eval"][-1]["val_loss"],
                "speedup": None, "eval_step": r["eval"][-1]["step"], "gap": None}  # fmt: skip
         if dense is not None:
@@ -422,6 +454,90 @@ def comparisons(results: dict | str | Path) -> list[dict]:
                 row["speedup"] = round(dense["step_ms_median"] / r["step_ms_median"], 3)
         rows.append(row)
     return rows
+
+
+def _protocol(run: dict, meta: dict) -> str:
+    return run.get("protocol") or ("shared-qk" if meta.get("model", {}).get("shared_qk") else "standard")
+
+
+def _loss_at_time(run: dict, clock: list[float], t: float) -> tuple[int, float]:
+    """(step, val loss) of the last evaluation reached within ``t`` training seconds."""
+    reached = [e for e in run["eval"] if clock[e["step"]] <= t + 1e-9]
+    e = reached[-1] if reached else run["eval"][0]
+    return e["step"], e["val_loss"]
+
+
+def protocol_comparisons(results: dict | str | Path) -> list[dict]:
+    """Per (protocol, T, variant): the validation-loss gap to the protocol's baseline at equal
+    steps and at equal training time, the gap to the standard dense model at equal steps, the
+    speed-up per step over the baseline, and whether the group's ranking is stable."""
+    results = _load(results)
+    meta = results["meta"]
+    skip = meta.get("settings", {}).get("speed_skip", 0)
+    runs = [r for r in results["runs"] if not r.get("error") and r.get("eval")]
+    rows = []
+    for r in runs:
+        proto = _protocol(r, meta)
+        base_name = PROTOCOLS.get(proto, (None, None, "dense"))[2]
+        same = [b for b in runs if b["T"] == r["T"] and _protocol(b, meta) == proto]
+        base = next((b for b in same if b["variant"] == base_name), None)
+        std = next((b for b in runs if b["T"] == r["T"] and _protocol(b, meta) == "standard" and b["variant"] == "dense"), None)
+        row = {"protocol": proto, "variant": r["variant"], "T": r["T"], "baseline": base_name,
+               "val_loss": r["eval"][-1]["val_loss"], "gap_steps": None, "step": None, "gap_time": None,
+               "time_s": None, "speedup": None, "gap_standard_dense": None, "ranking_stable": _stable(same)}  # fmt: skip
+        if base is not None:
+            step = max({e["step"] for e in base["eval"]} & {e["step"] for e in r["eval"]})
+            loss = lambda run, s: next(e["val_loss"] for e in run["eval"] if e["step"] == s)  # noqa: E731
+            row.update(step=step, gap_steps=round(loss(r, step) - loss(base, step), 4))
+            cr, cb = steady_clock(r, skip), steady_clock(base, skip)
+            t = min(cr[r["eval"][-1]["step"]], cb[base["eval"][-1]["step"]])
+            row.update(time_s=round(t, 2), gap_time=round(_loss_at_time(r, cr, t)[1] - _loss_at_time(base, cb, t)[1], 4))
+            if r.get("step_ms_median") and base.get("step_ms_median"):
+                row["speedup"] = round(base["step_ms_median"] / r["step_ms_median"], 3)
+        if std is not None:
+            step = max({e["step"] for e in std["eval"]} & {e["step"] for e in r["eval"]})
+            mine = next(e["val_loss"] for e in r["eval"] if e["step"] == step)
+            row["gap_standard_dense"] = round(mine - next(e["val_loss"] for e in std["eval"] if e["step"] == step), 4)
+        rows.append(row)
+    return rows
+
+
+def _stable(group: list[dict]) -> bool | None:
+    """Whether the group's order by validation loss is the same at its last three common
+    evaluation steps (None with fewer than two runs or three common steps)."""
+    if len(group) < 2:
+        return None
+    common = sorted(set.intersection(*({e["step"] for e in r["eval"]} for r in group)))[-3:]
+    if len(common) < 3:
+        return None
+    orders = {tuple(sorted((r["variant"] for r in group),
+                           key=lambda v: next(e["val_loss"] for e in next(r for r in group if r["variant"] == v)["eval"] if e["step"] == s)))
+              for s in common}  # fmt: skip
+    return len(orders) == 1
+
+
+def protocol_report(results: dict | str | Path) -> str:
+    """Both protocols side by side: gaps to the protocol's baseline at equal steps and at equal
+    training time, and to the standard dense model."""
+    f = lambda x, fmt: "-" if x is None else format(x, fmt)  # noqa: E731
+    lines = [
+        "| protocol | variant | T | speed-up per step over baseline | gap at equal steps (step) | "
+        "gap at equal time (s) | gap to standard dense | ranking stable |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in protocol_comparisons(results):
+        lines.append(
+            f"| {r['protocol']} | {r['variant']} | {r['T']:,} | {f(r['speedup'], '.2f')}x vs {r['baseline']} | "
+            f"{f(r['gap_steps'], '+.3f')} ({r['step']}) | {f(r['gap_time'], '+.3f')} ({r['time_s']}) | "
+            f"{f(r['gap_standard_dense'], '+.3f')} | {'-' if r['ranking_stable'] is None else ('yes' if r['ranking_stable'] else 'no')} |"
+        )
+    return "\n".join(lines)
+
+
+def _label(run: dict) -> str:
+    """The variant's name, with its protocol when that is not the standard one."""
+    proto = run.get("protocol", "standard")
+    return run["variant"] if proto == "standard" else f"{run['variant']} ({proto})"
 
 
 def report(results: dict | str | Path) -> str:
@@ -468,7 +584,9 @@ def plot(results: dict | str | Path, png: str | Path) -> Path:
             clock = steady_clock(r, results["meta"]["settings"]["speed_skip"])
             steps, loss = zip(*((e["step"], e["val_loss"]) for e in r["eval"]), strict=True)
             seconds = [clock[s] for s in steps]
-            style = dict(marker="o", markersize=2.5, color=colours.get(r["variant"]), label=r["variant"])
+            shared = r.get("protocol") == "shared-qk"
+            style = dict(marker="o", markersize=2.5, color=None if shared else colours.get(r["variant"]), label=_label(r),
+                         linestyle="--" if shared else "-")  # fmt: skip
             row[0].plot(steps, loss, **style)
             row[1].plot(seconds, loss, **style)
         xlabels = ("step", "training time, s (evaluation and compilation excluded)")
@@ -497,7 +615,7 @@ def plot(results: dict | str | Path, png: str | Path) -> Path:
 # Command line
 
 SMOKE = dict(layers=2, width=64, heads=2, t="256", batch=2, steps=6, eval_every=3, val_tokens=512, warmup=2,
-             lr=3e-3, max_files=200, speed_skip=1)  # fmt: skip
+             lr=3e-3, max_files=200, speed_skip=1, variants="standard:dense,hash16,dense-noself,hash16-noself")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -505,7 +623,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="CPU smoke test: " + ", ".join(f"{k}={v}" for k, v in SMOKE.items()))
     p.add_argument("--plot", metavar="RESULTS_JSON", help="draw RESULTS_JSON's loss curves (next to it, .png) and stop")
     p.add_argument("--report", metavar="RESULTS_JSON", help="print RESULTS_JSON's table for the README and stop")
-    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated (default: %(default)s)")
+    p.add_argument("--protocols", default="standard,shared-qk", help="comma-separated (default: %(default)s)")
+    p.add_argument("--variants", default=None, help="comma-separated, a name or protocol:name (default: every variant of each protocol)")
     p.add_argument("--t", default="8192,16384", help="sequence lengths, comma-separated (default: %(default)s)")
     p.add_argument("--steps", type=int, default=300, help="training steps per run (default: %(default)s)")
     p.add_argument("--batch", type=int, default=None, help="windows per step (default: --tokens-per-step / T, at least 1)")
@@ -513,7 +632,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--shared-qk", action="store_true", help="keys = L2-normalized queries (SCFA, Reformer)")
+    p.add_argument("--shared-qk", action="store_true", help="only the shared-qk protocol (as --protocols shared-qk)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=30, help="warm-up steps of the learning rate")
     p.add_argument("--eval-every", type=int, default=25)
@@ -534,6 +653,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             if getattr(args, key) == p.get_default(key):
                 setattr(args, key, value)
         args.device = args.device or "cpu"
+    if args.shared_qk:
+        args.protocols = "shared-qk"
     return args
 
 
@@ -544,6 +665,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.report:
         print(report(args.report))
+        if any("protocol" in r for r in _load(args.report)["runs"]):
+            print(protocol_report(args.report))
         return 0
     results = run(args)
     return 1 if any(r.get("error") for r in results["runs"]) else 0

@@ -77,7 +77,10 @@ def test_train_lm_smoke_learns_and_writes_json_plot_and_table(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     results = json.loads((tmp_path / "train_lm.json").read_text())
     train_lm = _load_train_lm()
-    assert [(run["variant"], run["T"]) for run in results["runs"]] == [(v, 256) for v in train_lm.VARIANTS]
+    assert [(run["protocol"], run["variant"], run["T"]) for run in results["runs"]] == [
+        ("standard", "dense", 256), ("standard", "hash16", 256),
+        ("shared-qk", "dense-noself", 256), ("shared-qk", "hash16-noself", 256),
+    ]  # fmt: skip
     for run in results["runs"]:
         assert run["error"] is None and run["stopped"] is None
         assert run["steps_done"] == len(run["train_loss"]) == len(run["step_ms"]) == 6
@@ -91,6 +94,9 @@ def test_train_lm_smoke_learns_and_writes_json_plot_and_table(tmp_path):
     table = train_lm.report(results)
     assert table in r.stdout
     assert "| dense | 256 | 6 |" in table and "1.00x" in table and "+0.000" in table
+    both = train_lm.protocol_report(results)
+    assert both in r.stdout
+    assert "| shared-qk | hash16-noself | 256 | " in both and "x vs dense-noself" in both
 
 
 def test_train_lm_one_step_through_triton_matches_the_reference_backend(tmp_path, capsys):
@@ -135,10 +141,32 @@ def _load_train_lm():
 
 def test_train_lm_time_budget_stops_cleanly(tmp_path, capsys):
     train_lm = _load_train_lm()
-    args = ["--smoke", "--variants", "dense,hash16", "--t", "64", "--steps", "100000", "--eval-every", "100000",
+    args = ["--smoke", "--protocols", "standard", "--variants", "dense,hash16", "--t", "64", "--steps", "100000", "--eval-every", "100000",
             "--time-budget-s", "2", "--out", str(tmp_path)]  # fmt: skip
     assert train_lm.main(args) == 0
     dense, hashed = json.loads((tmp_path / "train_lm.json").read_text())["runs"]
     assert dense["stopped"].startswith("time budget of") and 1 < dense["steps_done"] < 100000
     assert dense["eval"][-1]["step"] == dense["steps_done"]  # the last step is evaluated
     assert hashed["stopped"].startswith(("time budget of", "not run: the time budget"))
+
+
+def test_train_lm_protocol_report_at_equal_steps_and_time():
+    train_lm = _load_train_lm()
+
+    def run(protocol, variant, ms, losses):
+        return {"protocol": protocol, "variant": variant, "T": 64, "steps_done": 4, "step_ms": [ms] * 4,
+                "step_ms_median": ms, "tokens_per_s": 1.0,
+                "eval": [{"step": s, "train_s": s * ms / 1e3, "val_loss": x} for s, x in zip((0, 2, 3, 4), losses)]}  # fmt: skip
+
+    results = {"meta": {"settings": {"speed_skip": 0}}, "runs": [
+        run("standard", "dense", 100.0, [5.0, 3.0, 2.5, 2.0]),
+        run("shared-qk", "dense-noself", 100.0, [5.0, 4.0, 3.5, 3.0]),
+        run("shared-qk", "hash16-noself", 50.0, [5.0, 4.2, 3.8, 3.3]),
+    ]}  # fmt: skip
+    rows = {(r["protocol"], r["variant"]): r for r in train_lm.protocol_comparisons(results)}
+    fast = rows[("shared-qk", "hash16-noself")]
+    assert fast["gap_steps"] == pytest.approx(0.3) and fast["step"] == 4  # equal steps: 3.3 - 3.0
+    # equal time: 0.2 s, the sparse run's whole training; the baseline reached step 2 by then
+    assert fast["time_s"] == pytest.approx(0.2) and fast["gap_time"] == pytest.approx(3.3 - 4.0)
+    assert fast["speedup"] == pytest.approx(2.0) and fast["gap_standard_dense"] == pytest.approx(1.3)
+    assert fast["ranking_stable"] is True and rows[("standard", "dense")]["ranking_stable"] is None

@@ -10,6 +10,7 @@ Declare a pattern as a spec, ``compile`` it, call it like F.scaled_dot_product_a
 from . import backends as _backends  # noqa: F401  (registers the backends)
 from .api import CompiledAttention, compile
 from .inference import KVCache
+from .module import SparseAttention
 from .patterns import (
     Decisions,
     Dense,
@@ -35,6 +36,7 @@ __all__ = [
     "NoBackendError",
     "PerHead",
     "QKDrop",
+    "SparseAttention",
     "Spec",
     "TopKFeatures",
     "compile",

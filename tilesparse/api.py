@@ -26,6 +26,8 @@ from .patterns import Decisions, SpecBase, check_decisions, parse_spec
 from .patterns.criteria import register_lsh_kernel
 from .patterns.specs import Hash, TopKFeatures
 from .planner import Plan, make_plan
+from .randomness import check_seed, op_generator
+from .sdpa_call import parse_sdpa_call, reference_mask_mod, run_sdpa_call
 
 __all__ = ["CompiledAttention", "PlanStats", "compile"]
 
@@ -50,15 +52,21 @@ def compile(  # noqa: A001 - the library's verb, as in torch.compile
     scale: float | None = None,
     backend: str = "auto",
     validate: bool = True,
+    seed: int | None = None,
+    resample: bool = True,
 ) -> CompiledAttention:
     """Compile a pattern spec into an exact attention op.
 
     ``causal`` adds j <= i; ``scale`` defaults to 1/sqrt(D); ``backend`` is "auto" or a
     registered name ("reference", "executor", "sdpa", "triton"). ``validate=False`` skips the
     value checks of user-given decisions (bucket and feature ids in range), which read the
-    tensors back: one device sync per call.
+    tensors back: one device sync per call. ``seed``/``resample``: the op's own randomness
+    (:mod:`tilesparse.randomness`; default: torch's global generator, fresh draws per call).
     """
-    return CompiledAttention(parse_spec(spec), causal=causal, scale=scale, backend=backend, validate=validate)
+    attn = CompiledAttention(parse_spec(spec), causal=causal, scale=scale, backend=backend, validate=validate)
+    check_seed(seed, resample)
+    attn.seed, attn.resample = seed, resample
+    return attn
 
 
 class CompiledAttention:
@@ -74,6 +82,8 @@ class CompiledAttention:
         self.scale = scale
         self.backend = backend
         self.validate = validate
+        self.seed: int | None = None  # op-owned randomness (tilesparse.randomness)
+        self.resample = True
         self.program = lower(spec, causal=causal)
         self._plans: dict[tuple, Plan] = {}
         self.stats = PlanStats()
@@ -93,6 +103,8 @@ class CompiledAttention:
 
     def _decide(self, inputs: AttentionInputs, generator) -> Decisions:
         # decisions are not differentiable: no autograd graph over the hashing or the top-k
+        if generator is None:
+            generator = op_generator(self, inputs.device)
         with torch.no_grad():
             return self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator).trusted(self.spec)
 
@@ -153,20 +165,44 @@ class CompiledAttention:
         decisions: Decisions | None = None,
         generator: torch.Generator | None = None,
         cache: KVCache | None = None,
-    ) -> Tensor:
+        attn_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool | None = None,
+        scale: float | None = None,
+        enable_gqa: bool | None = None,
+        return_lse: bool = False,
+        key_padding_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Attention of q (B, H, Tq, D) over k, v (B, Hkv, Tk, D) under the pattern, Tq <= Tk:
         query i sits at absolute position Tk - Tq + i (bottom-right, as FlashAttention).
 
         ``decisions`` overrides the criteria (deterministic); otherwise they run on q and k,
-        drawing from ``generator`` where they are random. With ``cache`` (:meth:`new_cache`),
-        k and v are the n new tokens of q: they are appended, then q attends to every cached
-        token (decisions, if given, are the new tokens' own: (B, H, n) each side).
+        drawing from ``generator`` where they are random (else the op's own, see ``seed``).
+        With ``cache`` (:meth:`new_cache`), k and v are the n new tokens of q: they are
+        appended, then q attends to every cached token (decisions, if given, are the new
+        tokens' own: (B, H, n) each side). SDPA's keywords (``attn_mask`` as key padding,
+        ``dropout_p=0``, ``is_causal``, ``scale``, ``enable_gqa``), ``key_padding_mask``/
+        ``document_ids`` (exact predicates ANDed with the pattern) and ``return_lse`` are
+        described in :mod:`tilesparse.sdpa_call`.
         """
+        call = parse_sdpa_call(
+            q, k, causal=self.causal, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+            enable_gqa=enable_gqa, return_lse=return_lse, key_padding_mask=key_padding_mask, document_ids=document_ids,
+        )  # fmt: skip
         if cache is not None:
+            if not call.plain:
+                raise ValueError(
+                    "cache= takes no scale, return_lse, attn_mask, key_padding_mask or document_ids: a cached "
+                    "call attends with the op's own scale to every cached token"
+                )
             return attend_cached(self, cache, q, k, v, decisions)
         if isinstance(q, Tensor) and torch.is_autocast_enabled(q.device.type):
             dtype = torch.get_autocast_dtype(q.device.type)
             q, k, v = (t.to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t for t in (q, k, v))
+        if not call.plain:
+            with library.no_autocast(q.device):
+                return run_sdpa_call(self, q, k, v, call, decisions, generator)
         if torch.compiler.is_compiling():
             return self._traced(q, k, v, decisions)
         with library.no_autocast(q.device):
@@ -241,6 +277,8 @@ class CompiledAttention:
         *,
         decisions: Decisions | None = None,
         precision: torch.dtype = torch.float32,
+        key_padding_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
     ) -> Tensor:
         """Masked dense attention with the spec's own mask function: the definition of correct.
 
@@ -256,6 +294,11 @@ class CompiledAttention:
             )
         dec = self._decisions(inputs, decisions or Decisions(), None)
         mask = dense_mask(self.spec, dec, causal=self.causal, inputs=inputs)
+        call = parse_sdpa_call(q, k, causal=self.causal, key_padding_mask=key_padding_mask, document_ids=document_ids)
+        extra = reference_mask_mod(call.key_padding_mask, call.document_ids, inputs.q_len)
+        if extra is not None:  # key padding and documents AND with the pattern (sdpa_call's meaning)
+            keep = _index_mask(extra, inputs)
+            mask = keep if mask is None else mask & keep
         qf = kf = None
         sup = self.spec.supports(dec)
         if sup is not None:
@@ -299,6 +342,13 @@ def _tile_line(g: PreparedGroup) -> str:
 def _size_bucket(n: int) -> int:
     """n rounded up to a power of two: plans are shared within a bucket."""
     return 1 << max(0, n - 1).bit_length()
+
+
+def _index_mask(mod, inputs: AttentionInputs) -> Tensor:
+    """(B, H, Tq, Tk) bool of a mask function over every (b, h, i, j), i the query row."""
+    B, H, Tq, Tk, dev = inputs.batch, inputs.heads, inputs.q_len, inputs.k_len, inputs.device
+    b, h, i, j = (torch.arange(n, device=dev) for n in (B, H, Tq, Tk))
+    return mod(b.view(B, 1, 1, 1), h.view(1, H, 1, 1), i.view(1, 1, Tq, 1), j.view(1, 1, 1, Tk)).expand(B, H, Tq, Tk)
 
 
 def _lsh_decides(spec: SpecBase) -> bool:

@@ -10,7 +10,7 @@ IR's; ``AttentionBlock`` is a minimal model around an op, for torch.compile chec
 from .equivalence import assert_equivalent, tolerance
 from .index import INDEX_FIELDS, assert_same_index_tensors
 from .module import AttentionBlock
-from .strategies import PART_KINDS, SPEC_KINDS, attention_inputs, decisions, specs
+from .strategies import PART_KINDS, SPEC_KINDS, attention_inputs, decisions, document_ids, key_padding_masks, specs
 
 __all__ = [
     "INDEX_FIELDS",
@@ -21,6 +21,8 @@ __all__ = [
     "assert_same_index_tensors",
     "attention_inputs",
     "decisions",
+    "document_ids",
+    "key_padding_masks",
     "specs",
     "tolerance",
 ]

@@ -55,6 +55,8 @@ def assert_equivalent(
     atol: float | None = None,
     rtol: float | None = None,
     seed: int = 0,
+    key_padding_mask: Tensor | None = None,
+    document_ids: Tensor | None = None,
 ) -> dict[str, float]:
     """Check ``attn(q, k, v, decisions=)`` against ``attn.reference``; raise AssertionError
     naming each tensor that differs, its max error, where, and the tolerance.
@@ -66,7 +68,8 @@ def assert_equivalent(
     (floored at ``SCALE_FLOOR`` times the largest of all compared); ``atol`` defaults to the
     backends' ``ERROR_ATOL`` for q's dtype, ``rtol`` to 0. Fails on NaN or inf, on a wrong
     dtype or shape, and on a gradient that is missing where the reference's is not zero.
-    Returns the max absolute error of each compared tensor.
+    Returns the max absolute error of each compared tensor. ``key_padding_mask`` and
+    ``document_ids`` go to both sides (the op's rewrite against the reference's own meaning).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
@@ -78,8 +81,9 @@ def assert_equivalent(
 
     leaves = [t.detach().clone().requires_grad_(grads) for t in (q, k, v)]
     ref_leaves = [t.detach().clone().requires_grad_(grads) for t in (q, k, v)]
-    out = attn(*leaves, decisions=decisions)
-    ref = attn.reference(*ref_leaves, decisions=decisions, precision=torch.float64)
+    masks = {n: t for n, t in (("key_padding_mask", key_padding_mask), ("document_ids", document_ids)) if t is not None}
+    out = attn(*leaves, decisions=decisions, **masks)
+    ref = attn.reference(*ref_leaves, decisions=decisions, precision=torch.float64, **masks)
 
     got: dict[str, Tensor | None] = {"out": out}
     want: dict[str, Tensor] = {"out": ref.detach()}

@@ -39,7 +39,7 @@ from hypothesis.strategies import SearchStrategy
 from ..ir import SUPPORTED_DTYPES
 from ..patterns import Decisions, Dense, Hash, Hybrid, PerHead, QKDrop, SpecBase, TopKFeatures, parse_spec
 
-__all__ = ["PART_KINDS", "SPEC_KINDS", "attention_inputs", "decisions", "specs"]
+__all__ = ["PART_KINDS", "SPEC_KINDS", "attention_inputs", "decisions", "document_ids", "key_padding_masks", "specs"]
 
 
 SPEC_KINDS: tuple[str, ...] = ("dense", "qk_drop", "hash", "topk_features", "hybrid")
@@ -53,6 +53,8 @@ PART_KINDS: tuple[str, ...] = ("qk_drop", "hash", "topk_features")
 KEEP_MODES = ("random", "all", "none", "prefix_dropped", "one_kept")
 BUCKET_MODES = ("random", "one_bucket", "same_as_query", "disjoint", "runs", "isolated_query")
 SUPPORT_MODES = ("random", "shared", "disjoint", "first_k")
+PADDING_MODES = ("random", "none", "left", "right", "all_padded")
+DOCUMENT_MODES = ("packed", "one", "singletons", "random")
 
 _SEEDS = st.integers(0, 2**32 - 1)
 
@@ -401,3 +403,80 @@ def attention_inputs(
         )
 
     return draw_inputs()
+
+
+# ---------------------------------------------------------------------------------------------
+# key padding and packed documents
+
+
+def key_padding_masks(
+    batch: int | SearchStrategy[int], seqlen: int | SearchStrategy[int], *, device: str | torch.device = "cpu"
+) -> SearchStrategy[torch.Tensor]:
+    """(B, T) bool key-padding masks (True for a real key). Each batch row picks a mode: random,
+    no padding, left padding, right padding, or every key padded (every query row empty)."""
+    batches = _strategy("batch", batch, _int_in(1, 64))
+    seqlens = _strategy("seqlen", seqlen, _int_in(1))
+    device = torch.device(device)
+
+    @st.composite
+    def draw_mask(draw) -> torch.Tensor:
+        B, T = draw(batches), draw(seqlens)
+        rows = []
+        for _ in range(B):
+            mode = draw(st.sampled_from(PADDING_MODES))
+            n = draw(st.integers(0, T))
+            if mode == "random":
+                g = torch.Generator().manual_seed(draw(_SEEDS))
+                row = torch.rand(T, generator=g) < 0.7
+            elif mode == "none":
+                row = torch.ones(T, dtype=torch.bool)
+            elif mode == "left":
+                row = torch.arange(T) >= n
+            elif mode == "right":
+                row = torch.arange(T) < n
+            else:
+                row = torch.zeros(T, dtype=torch.bool)
+            rows.append(row)
+        return torch.stack(rows).to(device)
+
+    return draw_mask()
+
+
+def document_ids(
+    batch: int | SearchStrategy[int],
+    seqlen: int | SearchStrategy[int],
+    *,
+    max_documents: int = 8,
+    device: str | torch.device = "cpu",
+) -> SearchStrategy[torch.Tensor]:
+    """(B, T) int64 document ids >= 0. Each batch row picks a mode: ``packed`` (contiguous
+    documents of random lengths, one-token documents included, ids increasing), ``one``
+    (a single document), ``singletons`` (every token its own document, up to
+    ``max_documents`` ids, then repeating) or ``random`` (ids in any order)."""
+    batches = _strategy("batch", batch, _int_in(1, 64))
+    seqlens = _strategy("seqlen", seqlen, _int_in(1))
+    max_documents = _bound("max_documents", max_documents, 1, 4096)
+    device = torch.device(device)
+
+    @st.composite
+    def draw_ids(draw) -> torch.Tensor:
+        B, T = draw(batches), draw(seqlens)
+        rows = []
+        for _ in range(B):
+            mode = draw(st.sampled_from(DOCUMENT_MODES))
+            if mode == "packed":
+                cuts = sorted(draw(st.lists(st.integers(1, max(1, T - 1)), max_size=max_documents - 1, unique=True)))
+                row = torch.zeros(T, dtype=torch.int64)
+                for c in cuts:
+                    row[c:] += 1
+            elif mode == "one":
+                row = torch.full((T,), draw(st.integers(0, max_documents - 1)), dtype=torch.int64)
+            elif mode == "singletons":
+                row = torch.arange(T, dtype=torch.int64) % max_documents
+            else:
+                g = torch.Generator().manual_seed(draw(_SEEDS))
+                row = torch.randint(0, max_documents, (T,), generator=g)
+            rows.append(row)
+        return torch.stack(rows).to(device)
+
+    return draw_ids()

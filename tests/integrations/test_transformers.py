@@ -1,0 +1,145 @@
+"""The Hugging Face integration on tiny random-initialised models built from configs (no
+downloads): Llama and Qwen2 with ``Dense()`` registered match ``attn_implementation="sdpa"``
+(logits and gradients, left padding included; greedy ``generate``), a sparse pattern matches a
+plain-torch masked attention over the same decisions, and what the op does not compute is
+refused. CPU, Triton's interpreter; skipped where transformers is not installed (``pip install
+'tilesparse[transformers]'``).
+"""
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="the transformers extra: make test-transformers")
+pytestmark = pytest.mark.transformers
+
+import tilesparse as ts  # noqa: E402
+from tilesparse.integrations.transformers import key_padding_from_mask, register  # noqa: E402
+
+T = 24
+
+
+def _config(arch: str, **kw):
+    common = dict(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64)  # fmt: skip
+    common.update(kw)
+    if arch == "llama":
+        return transformers.LlamaConfig(**common)
+    return transformers.Qwen2Config(**common)
+
+
+def _models(arch: str, name: str, **kw):
+    """The same random weights under sdpa and under ``name``, in float32."""
+    cfg = _config(arch, **kw)
+    cls = transformers.LlamaForCausalLM if arch == "llama" else transformers.Qwen2ForCausalLM
+    torch.manual_seed(0)
+    ref = cls._from_config(cfg, attn_implementation="sdpa").float()
+    ours = cls._from_config(cfg, attn_implementation=name).float()
+    ours.load_state_dict(ref.state_dict())
+    return ref, ours
+
+
+def _batch():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 64, (2, T), generator=g)
+    mask = torch.ones(2, T, dtype=torch.long)
+    mask[1, :5] = 0  # left padding
+    return ids, mask
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_dense_matches_sdpa_logits_and_gradients(arch):
+    fn = register("ts-dense-test", ts.Dense())
+    ref, ours = _models(arch, "ts-dense-test")
+    ids, mask = _batch()
+    valid = mask.bool()
+    for m in (ref, ours):
+        out = m(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(~valid, -100))
+        out.loss.backward()
+        m.logits = out.logits.detach()
+    assert set(fn.ops) == {(0, True), (1, True)}  # both layers called the op
+    torch.testing.assert_close(ours.logits[valid], ref.logits[valid], atol=2e-5, rtol=1e-4)
+    for (n, p), (_, r) in zip(ours.named_parameters(), ref.named_parameters(), strict=True):
+        torch.testing.assert_close(p.grad, r.grad, atol=2e-5, rtol=1e-4, msg=lambda s, n=n: f"grad of {n}: {s}")
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_greedy_generate_matches_sdpa(use_cache):
+    """With the cache, each step is the op with one query against the cached keys (Tq < Tk)."""
+    register("ts-dense-gen", ts.Dense())
+    ref, ours = _models("llama", "ts-dense-gen")
+    ids, mask = _batch()
+    kw = dict(attention_mask=mask, max_new_tokens=4, do_sample=False, use_cache=use_cache, pad_token_id=0)
+    torch.testing.assert_close(ours.generate(ids, **kw), ref.generate(ids, **kw), atol=0, rtol=0)
+
+
+def _reference_attention(ops):
+    """A plain-torch attention with the Hash mask over the op's own (fixed) decisions."""
+
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        op = ops[(module.layer_idx, True)]
+        dec = op.decide(query, key)
+        group = query.shape[1] // key.shape[1]
+        k, v = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
+        Tn = query.shape[2]
+        keep = dec.q_bucket[..., :, None] == dec.k_bucket[..., None, :]
+        keep &= torch.ones(Tn, Tn, dtype=torch.bool).tril()
+        if attention_mask is not None:
+            keep &= attention_mask
+        s = (query @ k.transpose(-1, -2) * scaling).masked_fill(~keep, float("-inf"))
+        p = torch.softmax(s, -1).nan_to_num(0.0)  # an empty row: zeros
+        return (p @ v).transpose(1, 2).contiguous(), None
+
+    return attention
+
+
+def test_sparse_pattern_matches_a_reference_of_the_same_mask():
+    fn = register("ts-hash-test", ts.Hash(buckets=3), backend="triton", seed=5)
+    _, ours = _models("llama", "ts-hash-test")
+    ours.eval()
+    transformers.AttentionInterface.register("ts-hash-ref", _reference_attention(fn.ops))
+    transformers.masking_utils.AttentionMaskInterface.register(
+        "ts-hash-ref", transformers.masking_utils.ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]
+    )
+    ids, mask = _batch()
+    with torch.no_grad():
+        got = ours(input_ids=ids, attention_mask=mask).logits
+        again = ours(input_ids=ids, attention_mask=mask).logits
+        ours.set_attn_implementation("ts-hash-ref")
+        want = ours(input_ids=ids, attention_mask=mask).logits
+    assert torch.equal(got, again)  # eval(): the same rotations every call
+    valid = mask.bool()
+    torch.testing.assert_close(got[valid], want[valid], atol=2e-5, rtol=1e-4)
+
+
+def test_per_layer_specs_and_training_resamples():
+    fn = register("ts-layers", ts.Hash(buckets=4), layers=lambda i: None if i == 0 else ts.Hash(buckets=2), backend="executor")
+    _, ours = _models("llama", "ts-layers")
+    ids, _ = _batch()
+    ours.train()
+    a = ours(input_ids=ids).logits
+    b = ours(input_ids=ids).logits
+    assert not torch.equal(a, b)  # training: fresh rotations per call
+    assert fn.ops[(0, True)].spec == ts.Dense() and fn.ops[(1, True)].spec == ts.Hash(buckets=2)
+
+
+def test_refusals():
+    register("ts-refuse", ts.Dense())
+    _, ours = _models("llama", "ts-refuse", attention_dropout=0.1)
+    ids, _ = _batch()
+    ours.train()
+    with pytest.raises(ValueError, match="attention dropout=0.1 in training mode is not supported"):
+        ours(input_ids=ids)
+    ours.eval()
+    ours(input_ids=ids)  # eval: the model passes dropout=0.0
+    cfg = transformers.MistralConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                                     num_attention_heads=4, num_key_value_heads=2, sliding_window=8)  # fmt: skip
+    mistral = transformers.MistralForCausalLM._from_config(cfg, attn_implementation="ts-refuse")
+    with pytest.raises(ValueError, match="sliding_window=8 is not supported"):
+        mistral(input_ids=ids)
+    packed = torch.ones(1, 1, 4, 4, dtype=torch.bool).tril()
+    packed[..., 2:, :2] = False  # two documents: not padding
+    with pytest.raises(ValueError, match="not key padding AND causality"):
+        key_padding_from_mask(packed, causal=True, batch=1, q_len=4, k_len=4)
+    padded = torch.ones(1, 1, 4, 4, dtype=torch.bool).tril()
+    padded[..., 0] = False
+    assert key_padding_from_mask(padded, causal=True, batch=1, q_len=4, k_len=4).tolist() == [[False, True, True, True]]

@@ -1,0 +1,252 @@
+"""The keyword arguments of ``F.scaled_dot_product_attention`` on a compiled op, and the call
+that runs them.
+
+:func:`parse_sdpa_call` checks them once and returns an :class:`SdpaCall`:
+
+- ``scale``: overrides the compiled scale for this call;
+- ``is_causal``: must equal the compiled causality (the mask is compiled in, not chosen per
+  call); None means "as compiled";
+- ``enable_gqa``: grouped-query attention is always on; ``False`` with fewer kv heads than
+  query heads is refused, as SDPA refuses it;
+- ``attn_mask``: a boolean key-padding mask, shape (B, Tk), (B, 1, 1, Tk) or anything that
+  broadcasts to (B, Tk) that way (True keeps the key, SDPA's convention); other masks are
+  refused;
+- ``dropout_p``: 0.0 only (attention dropout is not implemented);
+- ``key_padding_mask`` (B, Tk) bool and ``document_ids`` (B, Tk) ints: the exact predicates of
+  :mod:`tilesparse.patterns.padding`;
+- ``return_lse``: also return the log-sum-exp of each query row's kept scores (natural log,
+  scores scaled, (B, H, Tq) float32, ``-inf`` for a row with no kept key), as flash-attn and
+  FlexAttention do. It is computed by a chunked exact pass over the same mask and decisions
+  (O(Tq * Tk * D) work, O(chunk * Tk) memory, no gradient): a diagnostic, not a kernel output.
+
+:func:`run_sdpa_call` runs a call that uses any of them: padding and documents through a
+rewritten spec (a sibling op, compiled once per variant and cached on the op) given the
+combined decisions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .ir import check_inputs
+from .patterns.padding import document_count, padded_decisions, padding_mask_mod, with_padding
+
+__all__ = ["SdpaCall", "parse_sdpa_call", "row_logsumexp", "run_sdpa_call"]
+
+LSE_CHUNK = 256  # query rows per chunk of the exact log-sum-exp pass
+
+
+@dataclass(frozen=True, eq=False)
+class SdpaCall:
+    """A call's checked SDPA-style arguments; ``plain`` when none changes the compiled call."""
+
+    scale: float | None = None
+    key_padding_mask: Tensor | None = None
+    document_ids: Tensor | None = None
+    return_lse: bool = False
+
+    @property
+    def plain(self) -> bool:
+        masks = self.key_padding_mask is not None or self.document_ids is not None
+        return self.scale is None and not masks and not self.return_lse
+
+
+PLAIN = SdpaCall()
+
+
+def parse_sdpa_call(
+    q: Tensor,
+    k: Tensor,
+    *,
+    causal: bool,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool | None = None,
+    scale: float | None = None,
+    enable_gqa: bool | None = None,
+    return_lse: bool = False,
+    key_padding_mask: Tensor | None = None,
+    document_ids: Tensor | None = None,
+) -> SdpaCall:
+    """Check the keyword arguments against q (B, H, Tq, D), k (B, Hkv, Tk, D) and the compiled
+    causality; every error names the argument, the value and what is accepted."""
+    if (attn_mask is None and key_padding_mask is None and document_ids is None and is_causal is None
+            and scale is None and enable_gqa is None and return_lse is False and dropout_p == 0.0):  # fmt: skip
+        return PLAIN  # the common call: nothing to check (and nothing for dynamo to trace)
+    if is_causal is not None and bool(is_causal) != causal:
+        raise ValueError(
+            f"is_causal={is_causal!r} but this op was compiled with causal={causal}: causality is "
+            f"compiled in; compile another op with ts.compile(spec, causal={bool(is_causal)})"
+        )
+    if not isinstance(dropout_p, int | float) or dropout_p != 0.0:
+        raise ValueError(f"dropout_p={dropout_p!r}: attention dropout is not supported; pass dropout_p=0.0")
+    if scale is not None and (not isinstance(scale, int | float) or isinstance(scale, bool) or not scale > 0):
+        raise ValueError(f"scale must be a positive number or None, got {scale!r}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {return_lse!r}")
+    if not (isinstance(q, Tensor) and isinstance(k, Tensor) and q.dim() == 4 and k.dim() == 4):
+        return SdpaCall(scale=scale, return_lse=return_lse)  # check_inputs names the bad tensor
+    B, H, Tk = q.shape[0], q.shape[1], k.shape[2]
+    if enable_gqa is not None:
+        if not isinstance(enable_gqa, bool):
+            raise TypeError(f"enable_gqa must be a bool, got {enable_gqa!r}")
+        if not enable_gqa and k.shape[1] != H:
+            raise ValueError(
+                f"enable_gqa=False but k has {k.shape[1]} heads and q {H}: pass enable_gqa=True for "
+                "grouped-query attention (k and v are read per kv head, never repeated)"
+            )
+    if attn_mask is not None:
+        if key_padding_mask is not None:
+            raise ValueError("pass either attn_mask= or key_padding_mask=, not both (they mean the same here)")
+        key_padding_mask = _key_padding_from_attn_mask(attn_mask, B, Tk)
+    if key_padding_mask is not None:
+        key_padding_mask = _check_key_padding(key_padding_mask, B, Tk, q.device)
+    if document_ids is not None:
+        document_ids = _check_documents(document_ids, B, Tk, q.device)
+    return SdpaCall(scale=scale, key_padding_mask=key_padding_mask, document_ids=document_ids, return_lse=return_lse)
+
+
+def _key_padding_from_attn_mask(mask: object, B: int, Tk: int) -> Tensor:
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"attn_mask has dtype {mask.dtype}: only a boolean key-padding mask (True keeps the key) is "
+            "supported; additive float masks are not"
+        )
+    shape = tuple(mask.shape)
+    if mask.dim() == 4 and shape[1] == 1 and shape[2] == 1:
+        mask = mask[:, 0, 0]
+    elif mask.dim() == 1:
+        mask = mask[None]
+    elif mask.dim() != 2:
+        raise ValueError(
+            f"attn_mask of shape {shape} is not a key-padding mask: only (B, Tk), (B, 1, 1, Tk) or (Tk,) "
+            "boolean masks are supported (per-query masks are patterns: declare them as a spec)"
+        )
+    if mask.shape[0] not in (1, B) or mask.shape[1] != Tk:
+        raise ValueError(f"attn_mask of shape {shape} does not broadcast to (B={B}, Tk={Tk}) key padding")
+    return mask.expand(B, Tk)
+
+
+def _check_key_padding(mask: object, B: int, Tk: int, device: torch.device) -> Tensor:
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"key_padding_mask must be a torch.Tensor or None, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"key_padding_mask must be torch.bool (True for a real key), got {mask.dtype}")
+    if tuple(mask.shape) != (B, Tk):
+        raise ValueError(f"key_padding_mask must have shape (B={B}, Tk={Tk}), got {tuple(mask.shape)}")
+    if mask.device != device:
+        raise ValueError(f"key_padding_mask is on {mask.device}, the inputs are on {device}")
+    return mask
+
+
+def _check_documents(ids: object, B: int, Tk: int, device: torch.device) -> Tensor:
+    if not isinstance(ids, Tensor):
+        raise TypeError(f"document_ids must be a torch.Tensor or None, got {type(ids).__name__}")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"document_ids must be an integer tensor, got {ids.dtype}")
+    if tuple(ids.shape) != (B, Tk):
+        raise ValueError(f"document_ids must have shape (B={B}, Tk={Tk}), got {tuple(ids.shape)}")
+    if ids.device != device:
+        raise ValueError(f"document_ids is on {ids.device}, the inputs are on {device}")
+    if ids.numel() and int(ids.min()) < 0:
+        raise ValueError(f"document_ids must be >= 0, got min {int(ids.min())}")
+    return ids
+
+
+def run_sdpa_call(attn, q: Tensor, k: Tensor, v: Tensor, call: SdpaCall, decisions, generator):
+    """``attn(q, k, v)`` under ``call``: the output, and (out, lse) when ``call.return_lse``."""
+
+
+    scale = call.scale if call.scale is not None else attn.scale
+    inputs = check_inputs(q, k, v, scale=scale)
+    attn._check_spec_fits(inputs)
+    pad, docs = call.key_padding_mask, call.document_ids
+    documents = document_count(docs) if docs is not None else 1
+    spec = with_padding(attn.spec, key_padding=pad is not None, documents=documents)
+    op = _variant(attn, spec, scale)
+    dec = attn._decisions(inputs, decisions, generator)
+    if pad is not None or documents > 1:
+        dec = padded_decisions(
+            attn.spec, spec, dec, key_padding_mask=pad, document_ids=docs, documents=documents,
+            heads=q.shape[1], q_len=q.shape[2],
+        ).trusted(spec)  # fmt: skip
+    elif not dec.present():
+        dec = None
+    out = op(q, k, v, decisions=dec)
+    if not call.return_lse:
+        return out
+    return out, _lse(op, inputs, dec)
+
+
+def _variant(attn, spec, scale: float | None):
+    """The op for ``spec`` at ``scale``: ``attn`` itself when neither changes, else a sibling
+    compiled once and cached on ``attn`` (its own plan cache, the same backend and checks)."""
+    if spec == attn.spec and scale == attn.scale:
+        return attn
+    cache = attn.__dict__.setdefault("_variants", {})
+    key = (spec.model_dump_json(), scale)
+    op = cache.get(key)
+    if op is None:
+        op = type(attn)(spec, causal=attn.causal, scale=scale, backend=attn.backend, validate=attn.validate)
+        for name in ("seed", "resample"):  # the op's own randomness, where it has one
+            if hasattr(attn, name):
+                setattr(op, name, getattr(attn, name))
+        cache[key] = op
+    return op
+
+
+def _lse(op, inputs, dec) -> Tensor:
+    from .api import dense_mask  # the mask's one definition; api imports this module lazily too
+    from .backends.reference import feature_mask
+
+    from .patterns import Decisions
+
+    dec = dec if dec is not None else Decisions()
+    qf = kf = None
+    sup = op.spec.supports(dec)
+    if sup is not None:
+        qf = feature_mask(sup[0], inputs.head_dim, torch.float32)
+        kf = feature_mask(sup[1], inputs.head_dim, torch.float32)
+        dense = op.spec.dense_heads_mask(inputs.heads)
+        if dense is not None:
+            qf[:, dense], kf[:, dense] = 1.0, 1.0
+
+    def rows(r0: int, r1: int) -> Tensor | None:
+        return dense_mask(op.spec, dec, causal=op.causal, inputs=inputs, rows=(r0, r1))
+
+    return row_logsumexp(inputs.q, inputs.k, rows, scale=inputs.scale, q_features=qf, k_features=kf)
+
+
+@torch.no_grad()
+def row_logsumexp(
+    q: Tensor, k: Tensor, mask_rows, *, scale: float, q_features=None, k_features=None, chunk: int = LSE_CHUNK
+) -> Tensor:
+    """(B, H, Tq) float32 log-sum-exp of each row's kept scaled scores, ``-inf`` for an empty
+    row; ``mask_rows(r0, r1)`` gives the (B, H, r1 - r0, Tk) bool mask of rows [r0, r1) or None."""
+    group = q.shape[1] // k.shape[1]
+    kf = k.float().repeat_interleave(group, dim=1) if group > 1 else k.float()
+    if k_features is not None:
+        kf = kf * k_features
+    Tq = q.shape[2]
+    out = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    for r0 in range(0, Tq, chunk):
+        r1 = min(Tq, r0 + chunk)
+        qc = q[:, :, r0:r1].float()
+        if q_features is not None:
+            qc = qc * q_features[:, :, r0:r1]
+        s = qc @ kf.transpose(-1, -2) * scale
+        m = mask_rows(r0, r1)
+        if m is not None:
+            s = s.masked_fill(~m, float("-inf"))
+        out[:, :, r0:r1] = torch.logsumexp(s, dim=-1)
+    return out
+
+
+def reference_mask_mod(call_key_padding: Tensor | None, call_documents: Tensor | None, q_len: int):
+    """The predicates' mask function for :meth:`CompiledAttention.reference`."""
+    return padding_mask_mod(call_key_padding, call_documents, q_len)

@@ -17,9 +17,10 @@ import torch
 from torch import Tensor
 
 from . import library
+from .backends import REGISTRY as BACKENDS
 from .backends import cupy as cupy_backend
 from .backends.reference import feature_mask, masked_attention
-from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, lower, tile_stats
+from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, check_scale, check_tensor_args, lower, tile_stats
 from .patterns import Decisions, SpecBase, check_decisions, parse_spec
 from .patterns.criteria import deferred_lsh, pending_hash, register_lsh_kernel
 from .patterns.specs import Hash, TopKFeatures
@@ -67,15 +68,35 @@ class CompiledAttention:
             raise TypeError(f"causal must be a bool, got {causal!r}")
         if not isinstance(backend, str):
             raise TypeError(f"backend must be a string, got {backend!r}")
+        if backend != "auto" and backend not in BACKENDS:
+            raise ValueError(f"backend must be 'auto' or a registered backend {sorted(BACKENDS)}, got {backend!r}")
+        if not isinstance(validate, bool):
+            raise TypeError(f"validate must be a bool, got {validate!r}")
         self.spec = spec
         self.causal = causal
-        self.scale = scale
+        self.scale = check_scale(scale)
         self.backend = backend
         self.validate = validate
         self.program = lower(spec, causal=causal)
         self._plans: dict[tuple, Plan] = {}
         self.stats = PlanStats()
         self._last: tuple[PreparedGroup, ...] = ()  # the last call's index tensors, for explain()
+        self._key = library.register(self)
+
+    def __getstate__(self) -> dict:
+        """Pickle, deepcopy and torch.save carry the spec and options, not the process-local
+        parts: the plan cache, the last call's index tensors, the custom ops' registry key."""
+        state = dict(self.__dict__)
+        for name in ("_plans", "_last", "_key"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """A copy plans afresh and registers under a key of its own in this process: a key
+        taken from another process (or from the original) could name another op here."""
+        self.__dict__.update(state)
+        self._plans = {}
+        self._last = ()
         self._key = library.register(self)
 
     def __repr__(self) -> str:
@@ -103,6 +124,13 @@ class CompiledAttention:
     def _decisions(self, inputs: AttentionInputs, decisions: Decisions | None, generator) -> Decisions:
         if decisions is None:
             return self._decide(inputs, generator)
+        if not isinstance(decisions, Decisions):
+            raise TypeError(f"decisions must be a tilesparse.Decisions (attn.decide(q, k) makes one), got {type(decisions).__name__}")
+        # value checks: skipped only for decisions this spec's criteria made whose tensors are
+        # unchanged since; read back when validate=True or on the CPU (no sync to save there);
+        # on a GPU with validate=False checked by a device-side assertion (no sync)
+        checked = not decisions.trusted_for(self.spec)
+        host = checked and (self.validate or inputs.device.type != "cuda")
         check_decisions(
             decisions,
             needed=self.spec.decision_fields,
@@ -113,7 +141,8 @@ class CompiledAttention:
             device=inputs.device,
             buckets=_buckets(self.spec),
             support_k=_support_k(self.spec),
-            values=self.validate and not decisions.trusted_for(self.spec),
+            values=host,
+            device_values=checked and not host,
         )
         return decisions
 
@@ -122,7 +151,9 @@ class CompiledAttention:
     def plan(self, q: Tensor, k: Tensor, v: Tensor, *, decisions: Decisions | None = None) -> Plan:
         """The plan a call on these inputs uses (cached per dtype, device, sizes, grad, and
         whether the call makes its decisions or is given them)."""
-        return self._plan(check_inputs(q, k, v, scale=self.scale), decides=decisions is None)
+        inputs = check_inputs(q, k, v, scale=self.scale)
+        self._check_spec_fits(inputs)
+        return self._plan(inputs, decides=decisions is None)
 
     def _plan(self, inputs: AttentionInputs, *, decides: bool) -> Plan:
         key = (
@@ -154,10 +185,13 @@ class CompiledAttention:
         ``decisions`` overrides the criteria (deterministic); otherwise they run on q and k,
         drawing from ``generator`` where they are random.
         """
-        if isinstance(q, Tensor) and torch.is_autocast_enabled(q.device.type):
+        check_tensor_args(q, k, v)
+        if torch.is_autocast_enabled(q.device.type):
             dtype = torch.get_autocast_dtype(q.device.type)
             q, k, v = (t.to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t for t in (q, k, v))
         if torch.compiler.is_compiling():
+            if generator is not None and decisions is None:
+                raise TypeError(_COMPILED_GENERATOR)
             return self._traced(q, k, v, decisions)
         with library.no_autocast(q.device):
             return self._eager(q, k, v, decisions, generator)
@@ -283,6 +317,15 @@ class CompiledAttention:
         for g in last:
             lines.append(f"last call, heads {list(g.heads)}: " + _tile_line(g))
         return "\n".join(lines)
+
+
+# dynamo cannot trace a torch.Generator (torch.rand(..., generator=g) itself breaks the graph):
+# a compiled call refuses one rather than draw from the global generator instead
+_COMPILED_GENERATOR = (
+    "generator= cannot be used inside torch.compile (dynamo does not trace torch.Generator, so "
+    "the seed would be ignored); make the decisions outside the compiled region, "
+    "dec = attn.decide(q, k, generator=g), and pass decisions=dec to the compiled call"
+)
 
 
 def _tile_line(g: PreparedGroup) -> str:

@@ -1,6 +1,6 @@
 """The IR: lowering specs to programs, preparing runtime index tensors, checking invariants."""
 
-from .inputs import SUPPORTED_DTYPES, AttentionInputs, check_inputs
+from .inputs import SUPPORTED_DTYPES, AttentionInputs, check_inputs, check_scale, check_tensor_args
 from .inspect import (
     element_mask,
     ideal_tiles,
@@ -58,6 +58,8 @@ __all__ = [
     "SameBucket",
     "Score",
     "check_inputs",
+    "check_scale",
+    "check_tensor_args",
     "element_mask",
     "ideal_tiles",
     "layout_mask_rows",

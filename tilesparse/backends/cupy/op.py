@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ...ir import PreparedGroup
+from ..first_order import first_order_only
 from .compile import module
 from .layout import BM, BN, NT, CompressedKeys, predicate_bits, shared_bytes
 from .model import TorchModel
@@ -164,7 +165,8 @@ class FeatureAttention(torch.autograd.Function):
         # dV per query head -> per kv head (grouped-query attention sums a kv head's heads)
         dv = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
         dv.index_add_(1, g.head_map.long() // ctx.group, dv_heads)
-        return dq.to(q_vals.dtype), dk.to(k_vals.dtype), dv.to(v.dtype), None, None, None, None
+        grads = (dq.to(q_vals.dtype), dk.to(k_vals.dtype), dv.to(v.dtype))
+        return (*first_order_only("cupy", grads, (q_vals, k_vals, v)), None, None, None, None)
 
 
 def feature_attention(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, *, impl=None) -> Tensor:

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ...ir import KEY_SENTINEL, HeadGroup, NotSelf, PreparedGroup, SameBucket
+from ..first_order import first_order_only
 from . import kernels
 
 __all__ = [
@@ -225,6 +226,7 @@ class _SparseAttention(torch.autograd.Function):
             heads = g.head_map.to(torch.int64)
             dk = _sum_into_heads(dk, heads // k_group, k)
             dv = _sum_into_heads(dv, heads // v_group, v)
+        dq, dk, dv = first_order_only("triton", (dq, dk, dv), (q, k, v))
         return dq, dk, dv, None, None, None
 
 

@@ -17,6 +17,7 @@ import math
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -125,8 +126,12 @@ def _load_train_lm():
     return module
 
 
-def test_train_lm_time_budget_stops_cleanly(tmp_path, capsys):
+def test_train_lm_time_budget_stops_cleanly(tmp_path, capsys, monkeypatch):
+    # the script's clock is a fake one that advances 0.1 s a reading: the budget is spent after
+    # the same steps however fast or loaded the machine is
     train_lm = _load_train_lm()
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(train_lm, "time", types.SimpleNamespace(perf_counter=lambda: 0.1 * next(ticks)))
     args = ["--smoke", "--variants", "dense,hash16", "--t", "64", "--steps", "100000", "--eval-every", "100000",
             "--time-budget-s", "2", "--out", str(tmp_path)]  # fmt: skip
     assert train_lm.main(args) == 0

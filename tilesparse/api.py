@@ -108,6 +108,7 @@ class CompiledAttention:
         """The decisions the spec's criteria make for q (B, H, T, D) and k (B, Hkv, T, D)."""
         inputs = check_inputs(q, k, k, scale=self.scale)
         self._check_spec_fits(inputs)
+        _check_generator(generator)
         return self._decide(inputs, generator)
 
     def _decide(self, inputs: AttentionInputs, generator) -> Decisions:
@@ -186,6 +187,7 @@ class CompiledAttention:
         drawing from ``generator`` where they are random.
         """
         check_tensor_args(q, k, v)
+        _check_generator(generator)
         if torch.is_autocast_enabled(q.device.type):
             dtype = torch.get_autocast_dtype(q.device.type)
             q, k, v = (t.to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t for t in (q, k, v))
@@ -326,6 +328,11 @@ _COMPILED_GENERATOR = (
     "the seed would be ignored); make the decisions outside the compiled region, "
     "dec = attn.decide(q, k, generator=g), and pass decisions=dec to the compiled call"
 )
+
+
+def _check_generator(generator: object) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
 
 
 def _tile_line(g: PreparedGroup) -> str:

@@ -75,7 +75,11 @@ class Decisions:
         return [(f.name, getattr(self, f.name)) for f in fields(self)]
 
     def __repr__(self) -> str:
-        parts = [f"{n}={tuple(t.shape)}:{str(t.dtype).removeprefix('torch.')}" for n, t in self.items() if t is not None]
+        parts = [
+            f"{n}={tuple(t.shape)}:{str(t.dtype).removeprefix('torch.')}" if isinstance(t, Tensor) else f"{n}={type(t).__name__}"
+            for n, t in self.items()
+            if t is not None
+        ]
         return f"Decisions({', '.join(parts)})"
 
 
@@ -87,6 +91,8 @@ def _stamp(dec: Decisions) -> tuple | None:
     for name, t in dec.items():
         if t is None:
             continue
+        if not isinstance(t, Tensor):
+            return None
         try:
             out.append((name, t.data_ptr(), t._version, tuple(t.shape), t.stride()))
         except (RuntimeError, NotImplementedError):

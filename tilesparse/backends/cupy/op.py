@@ -43,7 +43,9 @@ def _arg(x):
 
 
 _STREAMS: dict[tuple[int, int], object] = {}  # (device, torch stream) -> cupy's handle on it
-_SMEM_SET: dict[int, int] = {}  # id(kernel) -> dynamic shared memory opted in to
+# (device, source, instances, kernel) -> dynamic shared memory opted in to; not id(kernel):
+# get_function returns a new object per call, and a collected one's id is reused by others
+_SMEM_SET: dict[tuple, int] = {}
 
 
 def launch(source: str, instances: tuple[str, ...], name: str, grid: tuple, block: int, smem: int, args: tuple) -> None:
@@ -52,10 +54,11 @@ def launch(source: str, instances: tuple[str, ...], name: str, grid: tuple, bloc
     import cupy
 
     fn = module(source, instances).get_function(name)
-    if smem > 48 * 1024 and _SMEM_SET.get(id(fn), 0) < smem:
-        fn.max_dynamic_shared_size_bytes = smem
-        _SMEM_SET[id(fn)] = smem
     device = torch.cuda.current_device()
+    opted = (device, source, instances, name)
+    if smem > 48 * 1024 and _SMEM_SET.get(opted, 0) < smem:
+        fn.max_dynamic_shared_size_bytes = smem
+        _SMEM_SET[opted] = smem
     ptr = torch.cuda.current_stream(device).cuda_stream
     stream = _STREAMS.get((device, ptr))
     if stream is None:

@@ -2,10 +2,10 @@
 passes (output and the gradients of q, k, v) against the float64 reference, on the GPU.
 
 One invocation is one shard: it draws examples (seeds of its own) until ``--max-examples`` or
-the ``--budget-s`` time budget (default 420 s: with the last batch and the start-up a shard fits a 10-minute device call), records
-every mismatch instead of stopping at the first, and writes a JSON with the example count.
-Shards add up: run them until their counts sum to the target (10,000), then
-``--sum`` totals the JSON files.
+the ``--budget-s`` time budget (default 420 s: with the last batch and the start-up, a shard
+fits a 10-minute device call), records every mismatch instead of stopping at the first, and
+writes a JSON with the example count. Shards add up: run them until their counts sum to the
+target (10,000), then ``--sum`` totals the JSON files.
 
     TRITON_INTERPRET=0 python benchmarks/property_run.py --shard 0 --out benchmarks/results/property/shard0.json
     python benchmarks/property_run.py --sum benchmarks/results/property/shard*.json

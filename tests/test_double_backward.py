@@ -50,3 +50,16 @@ def test_reference_second_derivatives_match_dense_masked_attention():
     torch.testing.assert_close(ours, theirs)
     via_call = second(lambda Q: attn(Q, k, v, decisions=dec))
     torch.testing.assert_close(via_call, theirs, rtol=1e-3, atol=1e-3)
+
+
+def test_under_torch_compile_a_second_derivative_is_refused_too():
+    q, k, v = _setup()
+    attn = ts.compile(ts.Hash(buckets=2), backend="executor")
+    dec = attn.decide(q, k)
+    f = torch.compile(lambda Q: attn(Q, k, v, decisions=dec), backend="eager", fullgraph=True)
+    Q = q.clone().requires_grad_()
+    (g,) = torch.autograd.grad((f(Q) ** 2).sum(), Q, create_graph=True)
+    (g_plain,) = torch.autograd.grad((attn(Q, k, v, decisions=dec) ** 2).sum(), Q)
+    torch.testing.assert_close(g.detach(), g_plain)
+    with pytest.raises(RuntimeError, match="under torch.compile the op's backward pass is first order only"):
+        torch.autograd.grad(g.pow(2).sum(), Q)

@@ -23,8 +23,9 @@ TOPK = ts.compile(ts.TopKFeatures(k=32), backend="reference")
 _ints = lambda fill: torch.full((1, 2, 70), fill, dtype=torch.int64)  # noqa: E731
 
 CASES = {
-    "q on meta": (_call(HASH4, q=Q.to("meta")), ValueError, "q is on the meta device"),
-    "k on meta": (_call(HASH4, k=Q.to("meta")), ValueError, "k is on the meta device"),
+    "q, k, v on meta": (_call(HASH4, q=Q.to("meta"), k=Q.to("meta"), v=Q.to("meta")), ValueError, "on the meta device"),
+    "k alone on meta": (_call(HASH4, k=Q.to("meta")), ValueError, "q, k, v must be on one device, got cpu, meta, cpu"),
+    "q alone on meta": (_call(HASH4, q=Q.to("meta")), ValueError, "q, k, v must be on one device, got meta, cpu, cpu"),
     "q as a list": (_call(HASH4, q=Q.tolist()), TypeError, "q must be a torch.Tensor"),
     "v as None": (_call(HASH4, v=None), TypeError, "v must be a torch.Tensor"),
     "decisions as a dict": (

@@ -75,9 +75,11 @@ def check_tensor_args(q: object, k: object, v: object) -> None:
     check of a call, before anything reads their device."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor (B, heads, T, D), got {type(t).__name__}")
-        if t.device.type == "meta":
-            raise ValueError(f"{name} is on the meta device, which holds no data; expected a cpu or cuda tensor")
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if q.device.type == "meta":
+        raise ValueError("q, k, v are on the meta device, which holds no data; expected cpu or cuda tensors")
 
 
 def check_scale(scale: object) -> float | None:

@@ -32,7 +32,9 @@ TRAIN = "train_lm.py"
 def run_python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``python *args`` from the repository root, as CI runs things (Triton interpreted)."""
     # one thread: the tensors are small, and under load OpenMP threads that spin cost more than they give
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    # the package from this checkout, installed or not (a script's own folder is its sys.path[0])
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **(env or {})}
     return subprocess.run(
         [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )

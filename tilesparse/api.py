@@ -53,9 +53,11 @@ def compile(  # noqa: A001 - the library's verb, as in torch.compile
     """Compile a pattern spec into an exact attention op.
 
     ``causal`` adds j <= i; ``scale`` defaults to 1/sqrt(D); ``backend`` is "auto" or a
-    registered name ("reference", "executor", "sdpa", "triton"). ``validate=False`` skips the
-    value checks of user-given decisions (bucket and feature ids in range), which read the
-    tensors back: one device sync per call.
+    registered name ("reference", "executor", "sdpa", "triton"), checked here. Given decisions
+    have their ids checked before any index is built: ``validate=True`` reads them back (one
+    device sync per call on a GPU; skipped for ``decide()``'s own decisions while their tensors
+    are unchanged); ``validate=False`` checks them on the GPU with a device-side assertion
+    instead (no sync), and on the CPU as ``True`` does.
     """
     return CompiledAttention(parse_spec(spec), causal=causal, scale=scale, backend=backend, validate=validate)
 

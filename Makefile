@@ -17,10 +17,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m tilesparse demo
 
-# two workers (pytest-xdist); tests that share a module-scoped build (the sm_90 compile) stay
-# on one worker (xdist_group)
+# two workers (pytest-xdist), whole files to each: a module-scoped build (the sm_90 compile)
+# then runs once
 test: $(STAMP)
-	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # on a machine with a GPU (the device): the machine's own python, torch and triton, the
 # kernels compiled (TRITON_INTERPRET=0: tests/conftest.py would default it to the interpreter),

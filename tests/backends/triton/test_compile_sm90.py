@@ -41,9 +41,6 @@ KNOWN_LOOP_SPILLS = {
 }
 
 VARIANTS = variants()
-# every test here reads the one module-scoped compile: under pytest-xdist (make test's
-# --dist loadgroup) they all run on one worker, which compiles once
-pytestmark = pytest.mark.xdist_group("sm90")
 
 
 @pytest.fixture(scope="module")

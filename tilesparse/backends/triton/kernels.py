@@ -118,8 +118,6 @@ def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
             keep = _tile_keep(q_pos[:, None], k_pos[None, :], q_bkt[:, None], k_bkt[None, :],
                               CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
             qk = tl.where(keep, qk, float("-inf"))
-            # keys no row of the tile keeps: their v rows read as 0 (an inf there would give 0 * inf)
-            k_live = tl.max(keep.to(tl.int32), 0) > 0
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             # SCFA's guard: a row with nothing kept so far subtracts 0, not -inf
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -129,9 +127,12 @@ def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
         p = tl.math.exp2(qk - m_safe[:, None])
         alpha = tl.math.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + k_rows[:, None] * stride_vt + offs_d[None, :], mask=d_ok[None, :], other=0.0)
         if MASK:
-            v = tl.where(k_live[:, None], v, 0.0)
+            # a dropped key's v reads as 0: an inf there would reach every row through 0 * inf
+            v = tl.load(v_base + k_rows[:, None] * stride_vt + offs_d[None, :],
+                        mask=(k_pos != KEY_SENTINEL)[:, None] & d_ok[None, :], other=0.0)
+        else:
+            v = tl.load(v_base + k_rows[:, None] * stride_vt + offs_d[None, :], mask=d_ok[None, :], other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
     return acc, l_i, m_i
@@ -326,10 +327,9 @@ def _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt,
             keep = _tile_keep(q_pos[:, None], k_pos[None, :], q_bkt[:, None], k_bkt[None, :],
                               CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
             p = tl.where(keep, p, 0.0)
-            # keys no row of the tile keeps: their k and v read as 0 (an inf there would give 0 * inf)
-            k_live = tl.max(keep.to(tl.int32), 0) > 0
-            kT = tl.where(k_live[None, :], kT, 0.0)
-            vT = tl.where(k_live[None, :], vT, 0.0)
+            # a dropped key's k and v read as 0: an inf there would reach the rows through 0 * inf
+            kT = tl.where((k_pos != KEY_SENTINEL)[None, :], kT, 0.0)
+            vT = tl.where((k_pos != KEY_SENTINEL)[None, :], vT, 0.0)
         dp = tl.dot(do, vT, input_precision=PRECISION)
         ds = p * (dp - di[:, None])
         dq += tl.dot(ds.to(kT.dtype), tl.trans(kT), input_precision=PRECISION)

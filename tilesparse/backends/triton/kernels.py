@@ -230,8 +230,6 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
         di = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
         dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         dsT = pT * (dpT - di[None, :])
-        if MASK:
-            dsT = tl.where(keep, dsT, 0.0)  # an inf in v of an unkept key: 0 * inf
         dk += tl.dot(dsT.to(qT.dtype), tl.trans(qT), input_precision=PRECISION)
     return dk, dv
 
@@ -327,9 +325,6 @@ def _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt,
             keep = _tile_keep(q_pos[:, None], k_pos[None, :], q_bkt[:, None], k_bkt[None, :],
                               CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
             p = tl.where(keep, p, 0.0)
-            # a dropped key's k and v read as 0: an inf there would reach the rows through 0 * inf
-            kT = tl.where((k_pos != KEY_SENTINEL)[None, :], kT, 0.0)
-            vT = tl.where((k_pos != KEY_SENTINEL)[None, :], vT, 0.0)
         dp = tl.dot(do, vT, input_precision=PRECISION)
         ds = p * (dp - di[:, None])
         dq += tl.dot(ds.to(kT.dtype), tl.trans(kT), input_precision=PRECISION)

@@ -127,12 +127,7 @@ def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
         p = tl.math.exp2(qk - m_safe[:, None])
         alpha = tl.math.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        if MASK:
-            # a dropped key's v reads as 0: an inf there would reach every row through 0 * inf
-            v = tl.load(v_base + k_rows[:, None] * stride_vt + offs_d[None, :],
-                        mask=(k_pos != KEY_SENTINEL)[:, None] & d_ok[None, :], other=0.0)
-        else:
-            v = tl.load(v_base + k_rows[:, None] * stride_vt + offs_d[None, :], mask=d_ok[None, :], other=0.0)
+        v = tl.load(v_base + k_rows[:, None] * stride_vt + offs_d[None, :], mask=d_ok[None, :], other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
     return acc, l_i, m_i

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # suite needs only a CPU build (set TORCH to pick another one)
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test test-transformers test-gpu clean
+.PHONY: demo test test-transformers test-gpu test-gpu-property clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,17 +20,34 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m tilesparse demo
 
+# two workers (pytest-xdist), whole files to each: a module-scoped build (the sm_90 compile)
+# then runs once
 test: $(STAMP)
-	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # the Hugging Face integration's tests (the transformers extra is too large for `make test`)
 test-transformers: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[transformers]'
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -m transformers tests/integrations
 
-# on a machine with a CUDA GPU: uses that machine's own python, torch and triton, kernels compiled
+# on a machine with a CUDA GPU: that machine's own python, torch and triton, the
+# kernels compiled (TRITON_INTERPRET=0: tests/conftest.py would default it to the interpreter),
+# one line per test as it finishes. SHARD=1 to 4 runs one part (each meant to fit 10 minutes:
+# the Triton kernels; the CuPy kernels; planner, SDPA and reliability; decoding, padding and
+# sequence parallelism, the last needing two GPUs); no SHARD runs them all.
+GPU_SHARD_1 := tests/gpu/test_triton_gpu.py
+GPU_SHARD_2 := tests/gpu/test_cupy_gpu.py
+GPU_SHARD_3 := tests/gpu/test_planner_gpu.py tests/gpu/test_sdpa_gpu.py tests/gpu/test_reliability_gpu.py
+GPU_SHARD_4 := tests/gpu/test_decode_gpu.py tests/gpu/test_padding_gpu.py tests/gpu/test_sequence_parallel_gpu.py
+GPU_TESTS := $(if $(SHARD),$(GPU_SHARD_$(SHARD)),tests/gpu)
 test-gpu:
-	TRITON_INTERPRET=0 $(PY) -m pytest -q -m gpu tests/gpu -p no:cacheprovider
+	@test -n "$(GPU_TESTS)" || { echo "SHARD must be 1, 2, 3 or 4 (got $(SHARD))"; exit 2; }
+	TRITON_INTERPRET=0 $(PY) -m pytest -v -rfE --durations=15 -m gpu $(GPU_TESTS) -p no:cacheprovider
+
+# the long property run on the GPU, one shard of < 10 minutes (SHARD=0, 1, ...); the README
+# says how many examples the shards' JSON adds up to
+test-gpu-property:
+	TRITON_INTERPRET=0 $(PY) benchmarks/property_run.py --shard $(or $(SHARD),0) --out benchmarks/results/property/shard$(or $(SHARD),0).json
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -17,6 +17,7 @@ import math
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,9 @@ SEQUENCE_PARALLEL = "sequence_parallel.py"
 def run_python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``python *args`` from the repository root, as CI runs things (Triton interpreted)."""
     # one thread: the tensors are small, and under load OpenMP threads that spin cost more than they give
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    # the package from this checkout, installed or not (a script's own folder is its sys.path[0])
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **(env or {})}
     return subprocess.run(
         [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
@@ -139,8 +142,12 @@ def _load_train_lm():
     return module
 
 
-def test_train_lm_time_budget_stops_cleanly(tmp_path, capsys):
+def test_train_lm_time_budget_stops_cleanly(tmp_path, capsys, monkeypatch):
+    # the script's clock is a fake one that advances 0.1 s a reading: the budget is spent after
+    # the same steps however fast or loaded the machine is
     train_lm = _load_train_lm()
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(train_lm, "time", types.SimpleNamespace(perf_counter=lambda: 0.1 * next(ticks)))
     args = ["--smoke", "--protocols", "standard", "--variants", "dense,hash16", "--t", "64", "--steps", "100000", "--eval-every", "100000",
             "--time-budget-s", "2", "--out", str(tmp_path)]  # fmt: skip
     assert train_lm.main(args) == 0

@@ -17,11 +17,12 @@ import torch
 from torch import Tensor
 
 from . import library
+from .backends import REGISTRY as BACKENDS
 from .backends import cupy as cupy_backend
 from .backends.reference import feature_mask, masked_attention
 from .execute import execute, with_dense_heads
 from .inference import KVCache, attend_cached
-from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, dense_mask, lower, tile_stats
+from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, check_scale, check_tensor_args, dense_mask, lower, tile_stats
 from .patterns import Decisions, SpecBase, check_decisions, parse_spec
 from .patterns.criteria import register_lsh_kernel
 from .patterns.specs import Hash, TopKFeatures
@@ -58,10 +59,13 @@ def compile(  # noqa: A001 - the library's verb, as in torch.compile
     """Compile a pattern spec into an exact attention op.
 
     ``causal`` adds j <= i; ``scale`` defaults to 1/sqrt(D); ``backend`` is "auto" or a
-    registered name ("reference", "executor", "sdpa", "triton"). ``validate=False`` skips the
-    value checks of user-given decisions (bucket and feature ids in range), which read the
-    tensors back: one device sync per call. ``seed``/``resample``: the op's own randomness
-    (:mod:`tilesparse.randomness`; default: torch's global generator, fresh draws per call).
+    registered name ("reference", "executor", "sdpa", "triton"), checked here. Given decisions
+    have their ids checked before any index is built: ``validate=True`` reads them back (one
+    device sync per call on a GPU; skipped for ``decide()``'s own decisions while their tensors
+    are unchanged); ``validate=False`` checks them on the GPU with a device-side assertion
+    instead (no sync), and on the CPU as ``True`` does. ``seed``/``resample``: the op's own
+    randomness (:mod:`tilesparse.randomness`; default: torch's global generator, fresh draws
+    per call).
     """
     attn = CompiledAttention(parse_spec(spec), causal=causal, scale=scale, backend=backend, validate=validate)
     check_seed(seed, resample)
@@ -77,9 +81,13 @@ class CompiledAttention:
             raise TypeError(f"causal must be a bool, got {causal!r}")
         if not isinstance(backend, str):
             raise TypeError(f"backend must be a string, got {backend!r}")
+        if backend != "auto" and backend not in BACKENDS:
+            raise ValueError(f"backend must be 'auto' or a registered backend {sorted(BACKENDS)}, got {backend!r}")
+        if not isinstance(validate, bool):
+            raise TypeError(f"validate must be a bool, got {validate!r}")
         self.spec = spec
         self.causal = causal
-        self.scale = scale
+        self.scale = check_scale(scale)
         self.backend = backend
         self.validate = validate
         self.seed: int | None = None  # op-owned randomness (tilesparse.randomness)
@@ -88,6 +96,23 @@ class CompiledAttention:
         self._plans: dict[tuple, Plan] = {}
         self.stats = PlanStats()
         self._last: tuple[PreparedGroup, ...] = ()  # the last call's index tensors, for explain()
+        self._key = library.register(self)
+
+    def __getstate__(self) -> dict:
+        """Pickle, deepcopy and torch.save carry the spec and options, not the process-local
+        parts: the plan cache, the last call's index tensors, the custom ops' registry key, the
+        padded variants and the op's generators (a copy reseeds from ``seed``)."""
+        state = dict(self.__dict__)
+        for name in ("_plans", "_last", "_key", "_variants", "_generators"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """A copy plans afresh and registers under a key of its own in this process: a key
+        taken from another process (or from the original) could name another op here."""
+        self.__dict__.update(state)
+        self._plans = {}
+        self._last = ()
         self._key = library.register(self)
 
     def __repr__(self) -> str:
@@ -99,6 +124,7 @@ class CompiledAttention:
         """The decisions the spec's criteria make for q (B, H, Tq, D) and k (B, Hkv, Tk, D)."""
         inputs = check_inputs(q, k, k, scale=self.scale)
         self._check_spec_fits(inputs)
+        _check_generator(generator)
         return self._decide(inputs, generator)
 
     def _decide(self, inputs: AttentionInputs, generator) -> Decisions:
@@ -117,6 +143,13 @@ class CompiledAttention:
     def _decisions(self, inputs: AttentionInputs, decisions: Decisions | None, generator) -> Decisions:
         if decisions is None:
             return self._decide(inputs, generator)
+        if not isinstance(decisions, Decisions):
+            raise TypeError(f"decisions must be a tilesparse.Decisions (attn.decide(q, k) makes one), got {type(decisions).__name__}")
+        # value checks: skipped only for decisions this spec's criteria made whose tensors are
+        # unchanged since; read back when validate=True or on the CPU (no sync to save there);
+        # on a GPU with validate=False checked by a device-side assertion (no sync)
+        checked = not decisions.trusted_for(self.spec)
+        host = checked and (self.validate or inputs.device.type != "cuda")
         check_decisions(
             decisions,
             needed=self.spec.decision_fields,
@@ -128,7 +161,8 @@ class CompiledAttention:
             device=inputs.device,
             buckets=_buckets(self.spec),
             support_k=_support_k(self.spec),
-            values=self.validate and not decisions.trusted_for(self.spec),
+            values=host,
+            device_values=checked and not host,
         )
         return decisions
 
@@ -137,7 +171,9 @@ class CompiledAttention:
     def plan(self, q: Tensor, k: Tensor, v: Tensor, *, decisions: Decisions | None = None) -> Plan:
         """The plan a call on these inputs uses (cached per dtype, device, sizes, grad, and
         whether the call makes its decisions or is given them)."""
-        return self._plan(check_inputs(q, k, v, scale=self.scale), decides=decisions is None)
+        inputs = check_inputs(q, k, v, scale=self.scale)
+        self._check_spec_fits(inputs)
+        return self._plan(inputs, decides=decisions is None)
 
     def _plan(self, inputs: AttentionInputs, *, decides: bool) -> Plan:
         key = (
@@ -186,6 +222,8 @@ class CompiledAttention:
         ``document_ids`` (exact predicates ANDed with the pattern) and ``return_lse`` are
         described in :mod:`tilesparse.sdpa_call`.
         """
+        check_tensor_args(q, k, v)
+        _check_generator(generator)
         call = parse_sdpa_call(
             q, k, causal=self.causal, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
             enable_gqa=enable_gqa, return_lse=return_lse, key_padding_mask=key_padding_mask, document_ids=document_ids,
@@ -197,13 +235,15 @@ class CompiledAttention:
                     "call attends with the op's own scale to every cached token"
                 )
             return attend_cached(self, cache, q, k, v, decisions)
-        if isinstance(q, Tensor) and torch.is_autocast_enabled(q.device.type):
+        if torch.is_autocast_enabled(q.device.type):
             dtype = torch.get_autocast_dtype(q.device.type)
             q, k, v = (t.to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t for t in (q, k, v))
         if not call.plain:
             with library.no_autocast(q.device):
                 return run_sdpa_call(self, q, k, v, call, decisions, generator)
         if torch.compiler.is_compiling():
+            if generator is not None and decisions is None:
+                raise TypeError(_COMPILED_GENERATOR)
             return self._traced(q, k, v, decisions)
         with library.no_autocast(q.device):
             return self._eager(q, k, v, decisions, generator)
@@ -328,6 +368,20 @@ class CompiledAttention:
         for g in last:
             lines.append(f"last call, heads {list(g.heads)}: " + _tile_line(g))
         return "\n".join(lines)
+
+
+# dynamo cannot trace a torch.Generator (torch.rand(..., generator=g) itself breaks the graph):
+# a compiled call refuses one rather than draw from the global generator instead
+_COMPILED_GENERATOR = (
+    "generator= cannot be used inside torch.compile (dynamo does not trace torch.Generator, so "
+    "the seed would be ignored); make the decisions outside the compiled region, "
+    "dec = attn.decide(q, k, generator=g), and pass decisions=dec to the compiled call"
+)
+
+
+def _check_generator(generator: object) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
 
 
 def _tile_line(g: PreparedGroup) -> str:

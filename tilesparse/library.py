@@ -131,3 +131,13 @@ def _backward(ctx, grad):
 
 
 attention.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _no_second_derivative(ctx, *grads):
+    raise RuntimeError(
+        "tilesparse: under torch.compile the op's backward pass is first order only; a second derivative "
+        "(differentiating gradients taken with create_graph=True) is not supported"
+    )
+
+
+attention_backward.register_autograd(_no_second_derivative)

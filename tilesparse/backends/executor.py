@@ -16,6 +16,7 @@ from torch import Tensor
 
 from ..ir import AttentionInputs, DotScore, PreparedGroup, element_mask, tile_intervals
 from .base import Backend, register
+from .first_order import first_order_only
 from .reference import feature_mask
 
 __all__ = ["ExecutorBackend", "tile_attention"]
@@ -99,14 +100,17 @@ class _TileAttention(torch.autograd.Function):
                     acc = torch.zeros((len(rows), D), device=q.device)
                     for cols, masked in tiles:
                         s = qr @ K[w.k_order[cols]].T * scale
+                        Vc = V[w.k_order[cols]]
                         if masked:
-                            s = torch.where(w.mask(rows, cols), s, float("-inf"))
+                            keep = w.mask(rows, cols)
+                            s = torch.where(keep, s, float("-inf"))
+                            Vc = _attended_only(Vc, keep)
                         m_new = torch.maximum(m_i, s.amax(dim=1))
                         m_safe = torch.where(torch.isinf(m_new), 0.0, m_new)  # SCFA's NaN guard
                         p = torch.exp(s - m_safe[:, None])
                         alpha = torch.exp(m_i - m_safe)
                         l_i = l_i * alpha + p.sum(dim=1)
-                        acc = acc * alpha[:, None] + p @ V[w.k_order[cols]]
+                        acc = acc * alpha[:, None] + p @ Vc
                         m_i = m_new
                     empty = l_i == 0
                     out[b, hg, w.q_order[rows]] = acc / torch.where(empty, 1.0, l_i)[:, None]
@@ -155,10 +159,13 @@ class _TileAttention(torch.autograd.Function):
                     for cols, masked in tiles:
                         kc, vc = K[w.k_order[cols]], V[w.k_order[cols]]
                         _, ds, _ = _probs(w, Q, kc, vc, dO, Di, L, rows, cols, masked, scale)
+                        if masked:
+                            kc = _attended_only(kc, w.mask(rows, cols))
                         dq_acc += ds @ kc * scale
                     dQ[w.q_order[rows]] = dq_acc
                 dq[b, w.h] += _sparsify(dQ, w.fq)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
+        grads = first_order_only("executor", (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)), (q, k, v))
+        return (*grads, None, None)
 
 
 def _probs(w: _Walk, Q, kc, vc, dO, Di, L, rows, cols, masked, scale):
@@ -166,9 +173,18 @@ def _probs(w: _Walk, Q, kc, vc, dO, Di, L, rows, cols, masked, scale):
     qo = w.q_order[rows]
     p = torch.exp(Q[qo] @ kc.T * scale - L[rows, None])
     if masked:
-        p = torch.where(w.mask(rows, cols), p, 0.0)
+        keep = w.mask(rows, cols)
+        p = torch.where(keep, p, 0.0)
+        ds = torch.where(keep, p * (dO[qo] @ _attended_only(vc, keep).T - Di[qo, None]), 0.0)
+        return p, ds, qo
     ds = p * (dO[qo] @ vc.T - Di[qo, None])
     return p, ds, qo
+
+
+def _attended_only(rows_kv: Tensor, keep: Tensor) -> Tensor:
+    """K or V rows of a masked tile with the rows no query of the tile keeps zeroed: an inf or
+    NaN there must not reach the tile's other rows through 0 * inf (the kernels do the same)."""
+    return torch.where(keep.any(dim=0)[:, None], rows_kv, 0.0)
 
 
 def _sparsify(x: Tensor, features: Tensor | None) -> Tensor:

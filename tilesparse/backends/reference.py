@@ -44,7 +44,14 @@ def masked_attention(
     if group > 1:
         kf, vf = kf.repeat_interleave(group, dim=1), vf.repeat_interleave(group, dim=1)
     if q_features is not None:
-        qf, kf = qf * q_features.to(precision), kf * k_features.to(precision)
+        # where, not a product: an inf in an unkept feature stays out (0 * inf is NaN)
+        qf = torch.where(q_features.to(torch.bool), qf, 0.0)
+        kf = torch.where(k_features.to(torch.bool), kf, 0.0)
+    if mask is not None:
+        # a key no query of its head attends stays out entirely: an inf or NaN in its k or v
+        # must not reach rows that never attend it (0 * inf is NaN in the products below)
+        attended = mask.any(dim=-2).unsqueeze(-1)
+        kf, vf = torch.where(attended, kf, 0.0), torch.where(attended, vf, 0.0)
     s = torch.matmul(qf, kf.transpose(-1, -2)) * scale
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))

@@ -1,6 +1,6 @@
 """The IR: lowering specs to programs, preparing runtime index tensors, checking invariants."""
 
-from .inputs import SUPPORTED_DTYPES, AttentionInputs, check_inputs
+from .inputs import SUPPORTED_DTYPES, AttentionInputs, check_inputs, check_scale, check_tensor_args
 from .inspect import (
     ideal_tiles,
     layout_mask_rows,
@@ -66,6 +66,8 @@ __all__ = [
     "SameBucket",
     "Score",
     "check_inputs",
+    "check_scale",
+    "check_tensor_args",
     "dense_mask",
     "element_mask",
     "ideal_tiles",

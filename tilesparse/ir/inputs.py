@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["SUPPORTED_DTYPES", "AttentionInputs", "check_inputs"]
+__all__ = ["SUPPORTED_DTYPES", "AttentionInputs", "check_inputs", "check_scale", "check_tensor_args"]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -89,11 +89,31 @@ def _expand(t: Tensor, group: int) -> Tensor:
     return t if group == 1 else t.repeat_interleave(group, dim=1)
 
 
-def check_inputs(q: object, k: object, v: object, *, scale: float | None = None) -> AttentionInputs:
-    """Validate q, k, v; every error names the argument, the value received and what is expected."""
+def check_tensor_args(q: object, k: object, v: object) -> None:
+    """q, k, v are tensors with storage (not lists, not on the meta device): the cheap first
+    check of a call, before anything reads their device."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if q.device.type == "meta":
+        raise ValueError("q, k, v are on the meta device, which holds no data; expected cpu or cuda tensors")
+
+
+def check_scale(scale: object) -> float | None:
+    """``scale`` as a float: None (1/sqrt(D)) or a finite number > 0; bools are refused."""
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 < scale < float("inf"):
+        raise ValueError(f"scale must be None or a finite number > 0, got {scale!r}")
+    return float(scale)
+
+
+def check_inputs(q: object, k: object, v: object, *, scale: float | None = None) -> AttentionInputs:
+    """Validate q, k, v; every error names the argument, the value received and what is expected."""
+    check_tensor_args(q, k, v)
+    for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D (B, heads, T, D), got shape {tuple(t.shape)}")
         if t.dtype not in SUPPORTED_DTYPES:
@@ -123,8 +143,5 @@ def check_inputs(q: object, k: object, v: object, *, scale: float | None = None)
         raise ValueError(f"head dim D must be a multiple of 8 in [8, 256], got {D}")
     if T < 1 or B < 1 or H < 1:
         raise ValueError(f"q must have B, H, T >= 1, got shape {tuple(q.shape)}")
-    if scale is None:
-        scale = D**-0.5
-    elif not isinstance(scale, int | float) or not scale > 0:
-        raise ValueError(f"scale must be a positive number, got {scale!r}")
-    return AttentionInputs(q, k, v, float(scale))
+    scale = check_scale(scale)
+    return AttentionInputs(q, k, v, D**-0.5 if scale is None else scale)

@@ -37,9 +37,13 @@ class Decisions:
 
     def trusted(self, spec: object = None) -> Decisions:
         """Mark these decisions as made by ``spec``'s own criteria (already checked, so a call
-        with an equal spec skips the value checks that would read them back: a device sync)."""
+        with an equal spec skips the value checks that would read them back: a device sync).
+
+        The mark holds for the tensors' contents at this moment: it records each tensor's
+        version counter and data pointer, and an in-place edit (or a swapped tensor) ends it."""
         object.__setattr__(self, "_trusted", True)
         object.__setattr__(self, "_trusted_spec", spec)
+        object.__setattr__(self, "_stamp", _stamp(self))
         return self
 
     @property
@@ -49,7 +53,10 @@ class Decisions:
     def trusted_for(self, spec: object) -> bool:
         """Whether :meth:`trusted` marked these decisions for ``spec``: another spec's ranges
         (fewer buckets, a smaller k) must still be checked."""
-        return self.is_trusted and getattr(self, "_trusted_spec", None) == spec
+        if not self.is_trusted or getattr(self, "_trusted_spec", None) != spec:
+            return False
+        stamp = getattr(self, "_stamp", None)
+        return stamp is not None and stamp == _stamp(self)
 
     def present(self) -> frozenset[str]:
         """Names of the fields that hold a tensor."""
@@ -69,8 +76,29 @@ class Decisions:
         return [(f.name, getattr(self, f.name)) for f in fields(self)]
 
     def __repr__(self) -> str:
-        parts = [f"{n}={tuple(t.shape)}:{str(t.dtype).removeprefix('torch.')}" for n, t in self.items() if t is not None]
+        parts = [
+            f"{n}={tuple(t.shape)}:{str(t.dtype).removeprefix('torch.')}" if isinstance(t, Tensor) else f"{n}={type(t).__name__}"
+            for n, t in self.items()
+            if t is not None
+        ]
         return f"Decisions({', '.join(parts)})"
+
+
+def _stamp(dec: Decisions) -> tuple | None:
+    """What the contents of ``dec``'s tensors are known by: per field its data pointer, version
+    counter (bumped by every in-place write), shape and strides; None for tensors without
+    storage (fake tensors while tracing), which are never trusted."""
+    out = []
+    for name, t in dec.items():
+        if t is None:
+            continue
+        if not isinstance(t, Tensor):
+            return None
+        try:
+            out.append((name, t.data_ptr(), t._version, tuple(t.shape), t.stride()))
+        except (RuntimeError, NotImplementedError):
+            return None
+    return tuple(out)
 
 
 def check_decisions(
@@ -86,12 +114,15 @@ def check_decisions(
     buckets: int | None = None,
     support_k: int | None = None,
     values: bool = True,
+    device_values: bool = False,
 ) -> None:
     """Check ``dec`` against what a spec needs and the inputs' sizes (query-side fields have
     ``q_len`` tokens, key-side ones ``k_len``); raise naming the field.
 
     ``values`` also checks value ranges (bucket ids, feature ids), which reads them back: a
-    device sync on GPU.
+    device sync on GPU. ``device_values`` (when ``values`` is off) checks the ranges on the
+    device instead, without a sync: an out-of-range id then stops the stream with a
+    device-side assertion before any index computation reads it.
     """
     if not isinstance(dec, Decisions):
         raise TypeError(f"decisions must be a tilesparse.Decisions, got {type(dec).__name__}")
@@ -108,7 +139,10 @@ def check_decisions(
         if kind == "support" and isinstance(t, Tensor):
             shape = (batch, heads, n, support_k if support_k is not None else t.shape[-1])
         hi = buckets if kind == "bucket" else head_dim
-        check_decision_tensor(f"decisions.{name}", t, kind=kind, shape=shape, device=device, hi=hi, values=values)
+        check_decision_tensor(
+            f"decisions.{name}", t, kind=kind, shape=shape, device=device, hi=hi, values=values,
+            device_values=device_values,
+        )  # fmt: skip
 
 
 def check_decision_tensor(
@@ -120,6 +154,7 @@ def check_decision_tensor(
     device: torch.device,
     hi: int | None,
     values: bool,
+    device_values: bool = False,
 ) -> None:
     """Check one decision tensor: type, shape, device, dtype and (``values``) its value range.
 
@@ -140,7 +175,14 @@ def check_decision_tensor(
         return
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
         raise TypeError(f"{label} must be an integer tensor, got {t.dtype}")
-    if not values or t.numel() == 0:
+    if t.numel() == 0:
+        return
+    if not values:
+        if device_values:
+            ok = t.min() >= 0
+            if hi is not None:
+                ok = ok & (t.max() < hi)
+            torch._assert_async(ok, f"{label} values must lie in [0, {hi}) (checked on the device: validate=False)")
         return
     lo_v, hi_v = int(t.min()), int(t.max())
     if lo_v < 0 or (hi is not None and hi_v >= hi):

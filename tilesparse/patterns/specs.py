@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Annotated, ClassVar, Literal, Union
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr, TypeAdapter, field_validator
 from torch import Tensor
 
 from .criteria import get_criterion
@@ -31,6 +31,10 @@ __all__ = [
     "and_masks",
     "parse_spec",
 ]
+
+# fields take their values as given: no coercion (Hash(buckets=True) is not one bucket, and
+# attend_self="no" is not True); a float field accepts an int
+StrictFloat = Annotated[float, Strict()]
 
 MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 """(b, h, i, j) -> bool, over broadcastable index tensors: True keeps element (i, j)."""
@@ -141,8 +145,8 @@ class QKDrop(_CriterionSpec):
     """
 
     kind: Literal["qk_drop"] = "qk_drop"
-    keep: float = 0.7
-    criterion: str = "bernoulli"
+    keep: StrictFloat = 0.7
+    criterion: StrictStr = "bernoulli"
     produces: ClassVar[str] = "keep"
     criterion_fields: ClassVar[tuple[str, ...]] = ("keep",)
 
@@ -166,9 +170,9 @@ class Hash(_CriterionSpec):
     """
 
     kind: Literal["hash"] = "hash"
-    buckets: int = 16
-    criterion: str = "lsh"
-    attend_self: bool = True
+    buckets: StrictInt = 16
+    criterion: StrictStr = "lsh"
+    attend_self: StrictBool = True
     produces: ClassVar[str] = "bucket"
     criterion_fields: ClassVar[tuple[str, ...]] = ("buckets",)
 
@@ -192,8 +196,8 @@ class TopKFeatures(_CriterionSpec):
     sparsified vectors. V stays dense; gradients reach only the kept entries of q and k."""
 
     kind: Literal["topk_features"] = "topk_features"
-    k: int = 8
-    criterion: str = "topk_abs"
+    k: StrictInt = 8
+    criterion: StrictStr = "topk_abs"
     produces: ClassVar[str] = "support"
     criterion_fields: ClassVar[tuple[str, ...]] = ("k",)
 
@@ -252,7 +256,7 @@ class PerHead(_Spec):
     follow ``rest``."""
 
     kind: Literal["per_head"] = "per_head"
-    dense_heads: tuple[int, ...]
+    dense_heads: tuple[StrictInt, ...]
     rest: Rest
 
     @field_validator("dense_heads")

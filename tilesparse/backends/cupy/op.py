@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ...ir import PreparedGroup
+from ..first_order import first_order_only
 from .compile import module
 from .layout import BM, BN, NT, CompressedKeys, predicate_bits, shared_bytes
 from .model import TorchModel
@@ -42,7 +43,9 @@ def _arg(x):
 
 
 _STREAMS: dict[tuple[int, int], object] = {}  # (device, torch stream) -> cupy's handle on it
-_SMEM_SET: dict[int, int] = {}  # id(kernel) -> dynamic shared memory opted in to
+# (device, source, instances, kernel) -> dynamic shared memory opted in to; not id(kernel):
+# get_function returns a new object per call, and a collected one's id is reused by others
+_SMEM_SET: dict[tuple, int] = {}
 
 
 def launch(source: str, instances: tuple[str, ...], name: str, grid: tuple, block: int, smem: int, args: tuple) -> None:
@@ -51,10 +54,11 @@ def launch(source: str, instances: tuple[str, ...], name: str, grid: tuple, bloc
     import cupy
 
     fn = module(source, instances).get_function(name)
-    if smem > 48 * 1024 and _SMEM_SET.get(id(fn), 0) < smem:
-        fn.max_dynamic_shared_size_bytes = smem
-        _SMEM_SET[id(fn)] = smem
     device = torch.cuda.current_device()
+    opted = (device, source, instances, name)
+    if smem > 48 * 1024 and _SMEM_SET.get(opted, 0) < smem:
+        fn.max_dynamic_shared_size_bytes = smem
+        _SMEM_SET[opted] = smem
     ptr = torch.cuda.current_stream(device).cuda_stream
     stream = _STREAMS.get((device, ptr))
     if stream is None:
@@ -164,7 +168,8 @@ class FeatureAttention(torch.autograd.Function):
         # dV per query head -> per kv head (grouped-query attention sums a kv head's heads)
         dv = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
         dv.index_add_(1, g.head_map.long() // ctx.group, dv_heads)
-        return dq.to(q_vals.dtype), dk.to(k_vals.dtype), dv.to(v.dtype), None, None, None, None
+        grads = (dq.to(q_vals.dtype), dk.to(k_vals.dtype), dv.to(v.dtype))
+        return (*first_order_only("cupy", grads, (q_vals, k_vals, v)), None, None, None, None)
 
 
 def feature_attention(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, *, impl=None) -> Tensor:

@@ -44,7 +44,9 @@ class TritonBackend(Backend):
         if inputs.device.type == "cuda" and torch.cuda.get_device_capability(inputs.device) < (8, 0):
             cap = torch.cuda.get_device_capability(inputs.device)
             reasons.append(f"GPU compute capability {cap} < (8, 0)")
-        return reasons
+        from .index import index_build_reasons
+
+        return reasons + index_build_reasons(group, inputs.seqlen)
 
     def blocks(self, inputs: AttentionInputs) -> tuple[int, int]:
         from .op import tile_config

@@ -45,7 +45,7 @@ from ...ir import (
 from ...ir.prepare import assemble_group, select_heads
 from .op import predicate_flags
 
-__all__ = ["build_group"]
+__all__ = ["build_group", "index_build_reasons"]
 
 
 @triton.jit(do_not_specialize=["seqlen", "big", "n_chunks"])
@@ -271,6 +271,22 @@ _ONE_HOT = 8192
 def _sort_block(cat_pad: int) -> int:
     """Rows per chunk of the counting sort: a chunk's one-hot tile stays _ONE_HOT elements."""
     return max(16, min(1024, _ONE_HOT // cat_pad))
+
+
+def index_build_reasons(group: HeadGroup, seqlen: int) -> list[str]:
+    """Why the counting sort cannot build ``group``'s index for sequences of ``seqlen``: a
+    chunk's one-hot tile (rows x padded categories) must fit one Triton tensor, and the sort
+    keys int32."""
+    if group.layout is Layout.IDENTITY:
+        return []
+    reasons = []
+    cat_pad = triton.next_power_of_2(group.buckets + 1)
+    if _sort_block(cat_pad) * cat_pad > tl.TRITON_MAX_TENSOR_NUMEL:
+        most = tl.TRITON_MAX_TENSOR_NUMEL // 16 - 1
+        reasons.append(f"buckets={group.buckets} > {most}: the index build's counting sort handles at most {most}")
+    if 2 * (group.buckets + 1) * seqlen >= 2**31:
+        reasons.append(f"(buckets + 1) * 2T = {2 * (group.buckets + 1) * seqlen} overflows the index build's int32 sort keys")
+    return reasons
 
 
 def _aligned(n: int) -> int:

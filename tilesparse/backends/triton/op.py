@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ...ir import KEY_SENTINEL, HeadGroup, NotSelf, PreparedGroup, SameBucket
+from ..first_order import first_order_only
 from . import kernels
 
 __all__ = [
@@ -241,6 +242,7 @@ class _SparseAttention(torch.autograd.Function):
             in_order = tuple(g.heads) == tuple(range(H))
             dk = _sum_into_heads(dk, g.head_map, k_group, k, in_order)
             dv = _sum_into_heads(dv, g.head_map, v_group, v, in_order)
+        dq, dk, dv = first_order_only("triton", (dq, dk, dv), (q, k, v))
         return dq, dk, dv, None, None, None
 
 

@@ -1,0 +1,102 @@
+"""Nothing silently wrong, on the GPU: out-of-range decision ids stop before any index build
+(a ValueError with validate=True; a device-side assertion with validate=False, in a child
+process since it ends the CUDA context), a poisoned key no query attends reaches no output or
+gradient of the reference on CUDA (the Triton and CuPy kernels do not contain it yet), CuPy's
+backward refuses a second derivative, and a bucket count Triton's index build cannot sort goes
+to another backend, exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import tilesparse as ts
+
+DEVICE = torch.device("cuda")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _qkv(T=1024, H=2, D=64, dtype=torch.float16, seed=0):
+    g = torch.Generator(DEVICE).manual_seed(seed)
+    return tuple(torch.randn((1, H, T, D), generator=g, device=DEVICE, dtype=dtype) for _ in range(3))
+
+
+@pytest.mark.parametrize("backend", ["triton", "auto"])
+def test_an_id_edited_after_decide_is_refused(backend):
+    q, k, v = _qkv()
+    attn = ts.compile(ts.Hash(buckets=4), backend=backend)
+    dec = attn.decide(q, k)
+    attn(q, k, v, decisions=dec)
+    dec.k_bucket[0, 1, 7] = 1000
+    with pytest.raises(ValueError, match=r"decisions\.k_bucket values must lie in \[0, 4\)"):
+        attn(q, k, v, decisions=dec)
+
+
+def test_validate_false_stops_an_out_of_range_id_on_the_device():
+    script = textwrap.dedent("""
+        import torch, tilesparse as ts
+        q, k, v = (torch.randn(1, 2, 1024, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+        attn = ts.compile(ts.Hash(buckets=4), backend="triton", validate=False)
+        dec = attn.decide(q, k)
+        dec = ts.Decisions(q_bucket=dec.q_bucket.clone(), k_bucket=dec.k_bucket.clone())
+        dec.q_bucket[0, 0, 5] = 1000
+        out = attn(q, k, v, decisions=dec)
+        torch.cuda.synchronize()
+        print("RAN", float(out.float().abs().max()))
+    """)
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "RAN" not in r.stdout, r.stdout + r.stderr
+    assert "assert" in r.stderr.lower(), r.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "spec,backend",
+    [(ts.QKDrop(keep=0.5), "reference"), (ts.Hash(buckets=4), "reference")],
+    ids=str,
+)
+def test_a_poisoned_unattended_key_changes_nothing(spec, backend):
+    q, k, v = _qkv(dtype=torch.float32)
+    attn = ts.compile(spec, backend=backend)
+    dec = attn.decide(q, k)
+    j = 300
+    if dec.k_keep is not None:
+        dec = ts.Decisions(**{n: t for n, t in dec.items() if t is not None and n != "k_keep"},
+                           k_keep=dec.k_keep.clone().index_fill_(2, torch.tensor([j], device=DEVICE), False))  # fmt: skip
+    else:
+        qb = dec.q_bucket.clamp_max(2)
+        kb = dec.k_bucket.clamp_max(2).index_fill_(2, torch.tensor([j], device=DEVICE), 3)
+        dec = ts.Decisions(q_bucket=qb, k_bucket=kb)
+    want = attn(q, k, v, decisions=dec)
+    kp, vp = k.clone(), v.clone()
+    vp[:, :, j] = float("inf")
+    kp[:, :, j, 3] = float("nan")
+    leaves = [t.clone().requires_grad_() for t in (q, kp, vp)]
+    out = attn(*leaves, decisions=dec)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-5)
+    out.square().sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in leaves)
+
+
+def test_cupy_refuses_a_second_derivative():
+    q, k, v = _qkv(dtype=torch.float32)
+    attn = ts.compile(ts.TopKFeatures(k=8), backend="cupy")
+    Q = q.clone().requires_grad_()
+    (g,) = torch.autograd.grad(attn(Q, k, v).square().sum(), Q, create_graph=True)
+    with pytest.raises(RuntimeError, match="'cupy' backend's backward pass is first order only"):
+        torch.autograd.grad(g.square().sum(), Q)
+
+
+def test_buckets_triton_cannot_sort_go_elsewhere_exactly():
+    q, k, v = _qkv(dtype=torch.float32)
+    attn = ts.compile(ts.Hash(buckets=65536))
+    assert "buckets=65536 > 65535" in attn.explain(q, k, v)
+    dec = attn.decide(q, k)
+    torch.testing.assert_close(attn(q, k, v, decisions=dec), attn.reference(q, k, v, decisions=dec), rtol=0, atol=2e-3)

@@ -1,0 +1,78 @@
+"""Decisions edited after ``decide()`` and out-of-range ids: never a crash, never a wrong
+number, whatever ``validate`` says.
+
+Trust (skipping the value checks that read decisions back) holds only while the tensors hold
+what the spec's criteria wrote: an in-place edit ends it. With ``validate=False`` the ranges
+are still checked: on the CPU by reading them (no sync to save), on a GPU by a device-side
+assertion (exercised here through ``check_decision_tensor``; CUDA itself in tests/gpu).
+CPU, Triton interpreted.
+"""
+
+import pytest
+import torch
+
+import tilesparse as ts
+from tilesparse.patterns.decisions import check_decision_tensor
+
+
+def _qkv(T=70):
+    g = torch.Generator().manual_seed(0)
+    return tuple(torch.randn(1, 2, T, 16, generator=g) for _ in range(3))
+
+
+@pytest.mark.parametrize("backend", ["reference", "executor", "triton"])
+@pytest.mark.parametrize("bad", [-1, 9])
+def test_an_id_edited_in_place_after_decide_is_refused(backend, bad):
+    q, k, v = _qkv()
+    attn = ts.compile(ts.Hash(buckets=4), backend=backend)
+    dec = attn.decide(q, k)
+    attn(q, k, v, decisions=dec)  # trusted and unchanged: runs
+    dec.q_bucket[0, 0, 5] = bad
+    with pytest.raises(ValueError, match=r"decisions\.q_bucket values must lie in \[0, 4\)"):
+        attn(q, k, v, decisions=dec)
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("bad", [-1, 1000])
+def test_validate_false_still_refuses_out_of_range_ids_on_the_cpu(backend, bad):
+    q, k, v = _qkv()
+    attn = ts.compile(ts.Hash(buckets=4), backend=backend, validate=False)
+    dec = ts.Decisions(q_bucket=torch.zeros(1, 2, 70, dtype=torch.int64), k_bucket=torch.zeros(1, 2, 70, dtype=torch.int64))
+    dec.k_bucket[0, 1, 3] = bad
+    with pytest.raises(ValueError, match=r"decisions\.k_bucket values must lie in \[0, 4\)"):
+        attn(q, k, v, decisions=dec)
+
+
+def test_a_feature_id_edited_after_decide_is_refused():
+    q, k, v = _qkv()
+    attn = ts.compile(ts.TopKFeatures(k=4), backend="executor")
+    dec = attn.decide(q, k)
+    dec.k_support[0, 1, 2, 0] = 16
+    with pytest.raises(ValueError, match=r"decisions\.k_support values must lie in \[0, 16\)"):
+        attn(q, k, v, decisions=dec)
+
+
+def test_trust_ends_with_any_in_place_write_or_a_swapped_tensor():
+    q, k, _ = _qkv()
+    spec = ts.Hash(buckets=4)
+    attn = ts.compile(spec)
+    dec = attn.decide(q, k)
+    assert dec.trusted_for(spec)
+    assert not dec.trusted_for(ts.Hash(buckets=2))
+    dec.q_bucket.add_(0)  # a write that changes nothing still ends the trust
+    assert not dec.trusted_for(spec)
+    dec = attn.decide(q, k)
+    object.__setattr__(dec, "k_bucket", dec.k_bucket.clone())
+    assert not dec.trusted_for(spec)
+    view = attn.decide(q, k)
+    view.q_bucket.view(-1)[0] = 3  # a write through a view
+    assert not view.trusted_for(spec)
+
+
+def test_the_device_side_check_stops_an_out_of_range_id_without_reading_it_back():
+    t = torch.tensor([[[0, 1, 7]]])
+    kw = dict(kind="bucket", shape=(1, 1, 3), device=t.device, hi=4, values=False)
+    check_decision_tensor("decisions.q_bucket", t.clamp_max(3), device_values=True, **kw)
+    with pytest.raises(RuntimeError, match=r"decisions\.q_bucket values must lie in \[0, 4\)"):
+        check_decision_tensor("decisions.q_bucket", t, device_values=True, **kw)
+    check_decision_tensor("decisions.q_bucket", t, device_values=False, **kw)  # nothing asked

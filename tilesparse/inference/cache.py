@@ -86,7 +86,9 @@ class KVCache:
         if heads % kv_heads:
             raise ValueError(f"heads={heads} must be a multiple of kv_heads={kv_heads} (grouped-query attention)")
         # the inputs check names a bad head dim or dtype as the op does
-        probe = torch.empty((1, heads, 1, head_dim), dtype=dtype, device="meta")
+        probe = torch.empty((1, heads, 1, head_dim), dtype=dtype) if isinstance(head_dim, int) and head_dim > 0 else None
+        if probe is None:
+            raise ValueError(f"head_dim must be an int >= 1, got {head_dim!r}")
         check_inputs(probe, probe[:, :kv_heads], probe[:, :kv_heads])
         cap = max_tokens if kv_capacity is None else kv_capacity
         if not isinstance(cap, int) or not 1 <= cap <= max_tokens:

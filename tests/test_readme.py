@@ -30,7 +30,8 @@ BLOCKS = re.findall(r"^```python\n(.*?)^```", README, flags=re.M | re.S)
 def run_python(*args: str) -> subprocess.CompletedProcess:
     """``python *args`` from the repository root, as CI runs things (Triton interpreted)."""
     # one thread: the tensors are small, and under load OpenMP threads that spin cost more than they give
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # scripts import this checkout
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     return subprocess.run(
         [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )

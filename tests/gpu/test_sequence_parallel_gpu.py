@@ -44,7 +44,7 @@ def _worker(rank: int, world: int, init_file: str) -> None:
         g = torch.Generator(device).manual_seed(0)  # the same sequence on both ranks
         q = torch.randn(1, H, T, 128, generator=g, device=device, dtype=torch.bfloat16)
         k, v = (torch.randn(1, Hkv, T, 128, generator=g, device=device, dtype=torch.bfloat16) for _ in range(2))
-        go = torch.randn_like(q)
+        go = torch.randn(q.shape, generator=g, device=device, dtype=torch.bfloat16)  # the same on both ranks
         attn = ts.compile(spec, causal=True)
         dec = attn.decide(q, k, generator=torch.Generator(device).manual_seed(1))
         fields = {}

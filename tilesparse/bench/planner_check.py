@@ -37,7 +37,7 @@ import torch
 
 import tilesparse as ts
 from tilesparse.backends import REGISTRY
-from tilesparse.ir import check_inputs, lower, tile_stats
+from tilesparse.ir import AttentionInputs, lower, tile_stats
 from tilesparse.planner import default_costs, estimate_visited, simplify
 from tilesparse.planner.cost import Shape
 
@@ -221,9 +221,10 @@ def check_results(path: Path, *, tolerance: float = 0.10, log=print) -> list[dic
 
 
 def _fake_inputs(shape: Shape):
-    """Inputs of the row's sizes on the meta device: enough for the group checks."""
+    """Inputs of the row's sizes on the meta device: enough for the group checks (built
+    directly: a call's own checks refuse meta tensors, which hold no data)."""
     q = torch.empty((1, 1, shape.seqlen, shape.head_dim), dtype=shape.dtype, device="meta")
-    return check_inputs(q, q, q)
+    return AttentionInputs(q, q, q, scale=shape.head_dim**-0.5)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

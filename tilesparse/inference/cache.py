@@ -95,7 +95,10 @@ class KVCache:
             raise ValueError(f"kv_capacity must be an int in [1, max_tokens={max_tokens}], got {kv_capacity!r}")
         self.spec, self.causal = spec, causal
         self.batch, self.max_tokens, self.heads, self.kv_heads = batch, max_tokens, heads, kv_heads
-        self.head_dim, self.dtype, self.device = head_dim, dtype, torch.device(device)
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:  # "cuda" means the current device, as for tensors
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.head_dim, self.dtype, self.device = head_dim, dtype, device
         self.kv_capacity = cap
         self.length = 0  # tokens appended so far (the host knows every call's size)
         B, H, Hkv, T, D = batch, heads, kv_heads, max_tokens, head_dim

@@ -69,7 +69,7 @@ def sync_ms(fn, estimate_ms: float) -> float:
     return statistics.median(times)
 
 
-def kernel_ms(fn, iters: int = 3) -> dict[str, float]:
+def kernel_ms(fn, iters: int = 3) -> dict[str, float]:  # also sweep_kernels.py's per-kernel timer
     """GPU time per call by kernel: the forward, the two backward kernels, and the rest."""
     fn()
     torch.cuda.synchronize()

@@ -24,11 +24,13 @@ import torch
 import torch.nn.functional as F
 import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.profiler import ProfilerActivity, profile
 
 import tilesparse as ts
 from tilesparse.backends.triton.op import override_config, sparse_attention, tile_config
 from tilesparse.ir import tile_stats
+
+# the model-shape benchmark's timers (this directory is on sys.path when a script here runs)
+from bench_models import gpu_ms, kernel_ms
 
 DEV = torch.device("cuda")
 PATTERNS = {
@@ -39,33 +41,6 @@ PATTERNS = {
     "hash16": ts.Hash(buckets=16),
     "hash64": ts.Hash(buckets=64),
 }
-KERNELS = ("_attn_fwd", "_attn_bwd_dq", "_attn_bwd_dkdv")
-
-
-def bench(fn) -> float:
-    fn()
-    torch.cuda.synchronize()
-    return triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median")
-
-
-def per_kernel_ms(fn, iters: int = 5) -> dict[str, float]:
-    """Mean GPU time per call of each kernel whose name contains one of KERNELS (and the rest)."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    out: dict[str, float] = {}
-    for e in prof.key_averages():
-        t = e.device_time_total / 1e3 / iters
-        if t <= 0:
-            continue
-        name = next((k for k in KERNELS if k in e.key), "other")
-        out[name] = out.get(name, 0.0) + t
-    return out
-
-
 def ref_error(attn, q, k, v, dec, out) -> float:
     """Largest error of ``out`` against the float32 reference on the first and the last query
     head of batch 0 (the last kv group under GQA)."""
@@ -115,8 +90,8 @@ def main() -> int:
                     with sdpa_kernel(backend):
                         f = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=Hkv != H)  # noqa: E731
                         with torch.no_grad():
-                            fwd = bench(f)
-                        fb = bench(lambda: torch.autograd.grad(f(), (q, k, v), go))
+                            fwd = gpu_ms(f)
+                        fb = gpu_ms(lambda: torch.autograd.grad(f(), (q, k, v), go))
                     row = {"name": name, "shape": [B, H, Hkv, D, T], "fwd": fwd, "fwd_bwd": fb,
                            "fwd_tflops": fl_fwd / fwd / 1e9, "bwd_tflops": 2.5 * fl_fwd / (fb - fwd) / 1e9}  # fmt: skip
                 except Exception as e:  # noqa: BLE001 - record and go on
@@ -138,9 +113,9 @@ def main() -> int:
                         step = lambda: torch.autograd.grad(kern(), (q, k, v), go)  # noqa: E731
                         with torch.no_grad():
                             out = kern()
-                            row["fwd"] = bench(kern)
-                        row["fwd_bwd"] = bench(step)
-                        row["kernels"] = per_kernel_ms(step)
+                            row["fwd"] = gpu_ms(kern)
+                        row["fwd_bwd"] = gpu_ms(step)
+                        row["kernels"] = kernel_ms(step)
                     row["config"] = asdict(cfg)
                     if base_out is None:
                         base_out = out

@@ -6,13 +6,16 @@ STAMP := $(VENV)/.installed
 # an exact torch pin: a plain "torch" resolves to a multi-GB CUDA build on Linux; the CPU
 # suite needs only a CPU build (set TORCH to pick another one)
 TORCH ?= torch==2.13.0
+# the tests' Triton: the version the GPU machines' torch brings, which the sm_90 compile check's
+# spill counts were measured with (the package itself takes any Triton 3.6 or newer)
+TRITON ?= triton==3.6.0
 
 .PHONY: demo test test-transformers test-gpu test-gpu-property clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q '$(TORCH)'
+	$(BIN)/python -m pip install -q '$(TORCH)' '$(TRITON)'
 	# the test extra: pytest, hypothesis, the cli extra, and numpy<2.4 for Triton 3.6's interpreter
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)

@@ -29,18 +29,10 @@ import tilesparse as ts
 from tilesparse.backends.triton.op import override_config, sparse_attention, tile_config
 from tilesparse.ir import tile_stats
 
-# the model-shape benchmark's timers (this directory is on sys.path when a script here runs)
-from bench_models import gpu_ms, kernel_ms
+# the model-shape benchmark's patterns and timers (this directory is on sys.path when a script here runs)
+from bench_models import PATTERNS, gpu_ms, kernel_ms
 
 DEV = torch.device("cuda")
-PATTERNS = {
-    "dense": ts.Dense(),
-    "keep0.7": ts.QKDrop(keep=0.7),
-    "keep0.5": ts.QKDrop(keep=0.5),
-    "keep0.3": ts.QKDrop(keep=0.3),
-    "hash16": ts.Hash(buckets=16),
-    "hash64": ts.Hash(buckets=64),
-}
 def ref_error(attn, q, k, v, dec, out) -> float:
     """Largest error of ``out`` against the float32 reference on the first and the last query
     head of batch 0 (the last kv group under GQA)."""

@@ -33,6 +33,8 @@ from tilesparse.ir import tile_stats
 from bench_models import PATTERNS, gpu_ms, kernel_ms
 
 DEV = torch.device("cuda")
+
+
 def ref_error(attn, q, k, v, dec, out) -> float:
     """Largest error of ``out`` against the float32 reference on the first and the last query
     head of batch 0 (the last kv group under GQA)."""

@@ -53,7 +53,7 @@ BAD_TENSORS = [
     ("list", lambda t: t.tolist(), ()), ("None", lambda t: None, ()), ("3-D", lambda t: t[0], ()),
     ("int", lambda t: t.to(torch.int32), ()), ("float64", lambda t: t.double(), ()),
     ("meta", lambda t: t.to("meta"), ()), ("D=12", lambda t: t[..., :12], ()),
-    ("T-1", lambda t: t[:, :, :-1], ()), ("heads=3", lambda t: torch.cat([t, t[:, :1]], 1), ()),
+    ("T+1", lambda t: torch.cat([t, t[:, :, :1]], 2), ()),  # queries may be shorter than keys, not longer ("heads=3", lambda t: torch.cat([t, t[:, :1]], 1), ()),
     ("empty batch", lambda t: t[:0], ()),
 ]  # fmt: skip
 

@@ -17,24 +17,20 @@ import torch
 from torch import Tensor
 
 from . import library
+from .backends import BUILDERS
 from .backends import REGISTRY as BACKENDS
-from .backends import cupy as cupy_backend
 from .backends.reference import feature_mask, masked_attention
-from .execute import execute, with_dense_heads
+from .decide import DeferredHash, lsh_part, make_decisions
+from .execute import Decide, execute, with_dense_heads
 from .inference import KVCache, attend_cached
 from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, check_scale, check_tensor_args, dense_mask, lower, tile_stats
 from .patterns import Decisions, SpecBase, check_decisions, parse_spec
-from .patterns.criteria import register_lsh_kernel
-from .patterns.specs import Hash, TopKFeatures
+from .patterns.specs import TopKFeatures
 from .planner import Plan, make_plan
 from .randomness import check_seed, op_generator
 from .sdpa_call import parse_sdpa_call, reference_mask_mod, run_sdpa_call
 
 __all__ = ["CompiledAttention", "PlanStats", "compile"]
-
-# patterns and backends know nothing of each other; here the built-in lsh criterion gets the
-# CuPy index build's hashing kernel (used on CUDA where cupy runs it)
-register_lsh_kernel(cupy_backend.hash_reasons, cupy_backend.hash_into)
 
 
 @dataclass
@@ -125,24 +121,33 @@ class CompiledAttention:
         inputs = check_inputs(q, k, k, scale=self.scale)
         self._check_spec_fits(inputs)
         _check_generator(generator)
-        return self._decide(inputs, generator)
+        return self._decide(inputs, generator)[0]
 
-    def _decide(self, inputs: AttentionInputs, generator) -> Decisions:
+    def _decide(self, inputs: AttentionInputs, generator, fused=None) -> tuple[Decisions, DeferredHash | None]:
+        """The spec's decisions (``tilesparse.decide``); ``fused``: the builder whose index
+        build may hash the lsh buckets."""
         # decisions are not differentiable: no autograd graph over the hashing or the top-k
         if generator is None:
             generator = op_generator(self, inputs.device)
         with torch.no_grad():
-            return self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator).trusted(self.spec)
+            dec, deferred = make_decisions(self.spec, inputs, generator, fused=fused)
+        return dec.trusted(self.spec), deferred
+
+    def _decide_step(self, inputs: AttentionInputs, decisions: Decisions | None, generator) -> Decide:
+        """The plan's decide step: the op's own decisions, or the given ones checked."""
+        if decisions is None:
+            return lambda fused: self._decide(inputs, generator, fused)
+        return lambda fused: (self._decisions(inputs, decisions, generator), None)
 
     def _check_spec_fits(self, inputs: AttentionInputs) -> None:
         self.spec.dense_heads_mask(inputs.heads)  # raises on out-of-range heads
-        for part in _parts(self.spec):  # PerHead's rest and a Hybrid's parts, nested too
+        for part in self.spec.decision_parts():  # PerHead's rest and a Hybrid's parts, nested too
             if isinstance(part, TopKFeatures) and part.k > inputs.head_dim:
                 raise ValueError(f"TopKFeatures.k={part.k} exceeds the head dim D={inputs.head_dim}")
 
     def _decisions(self, inputs: AttentionInputs, decisions: Decisions | None, generator) -> Decisions:
         if decisions is None:
-            return self._decide(inputs, generator)
+            return self._decide(inputs, generator)[0]
         if not isinstance(decisions, Decisions):
             raise TypeError(f"decisions must be a tilesparse.Decisions (attn.decide(q, k) makes one), got {type(decisions).__name__}")
         # value checks: skipped only for decisions this spec's criteria made whose tensors are
@@ -185,7 +190,7 @@ class CompiledAttention:
         if plan is None:
             # an index builder may hash the lsh buckets itself only when the call makes them
             plan = make_plan(self.program, inputs, backend=self.backend, has_decide=bool(self.spec.decision_fields),
-                             lsh_decide=decides and _lsh_decides(self.spec))  # fmt: skip
+                             lsh_decide=decides and lsh_part(self.spec) is not None)  # fmt: skip
             self._plans[key] = plan
             self.stats.plans += 1
         else:
@@ -253,7 +258,7 @@ class CompiledAttention:
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
         plan = self._plan(inputs, decides=decisions is None)
-        ex = execute(plan, inputs, lambda: self._decisions(inputs, decisions, generator), decides=decisions is None)
+        ex = execute(plan, inputs, self._decide_step(inputs, decisions, generator))
         self._last = tuple(g for g in ex.prepared if g is not None)
         return ex.out
 
@@ -274,12 +279,10 @@ class CompiledAttention:
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
         plan = self._plan(inputs, decides=decisions is None)
-        ex = execute(
-            plan, inputs, lambda: self._decisions(inputs, decisions, generator), decides=decisions is None, until="index"
-        )
+        ex = execute(plan, inputs, self._decide_step(inputs, decisions, generator), until="index")
         dec = ex.decisions
         groups = tuple(  # a group that reads no index tensors gets the IR's, for inspection
-            g if g is not None else a.backend.prepare(plan.program, a.group, a.heads, with_dense_heads(dec, a.dense_heads), inputs)
+            g if g is not None else BUILDERS["torch"].build(plan.program, a.group, a.heads, with_dense_heads(dec, a.dense_heads), inputs)
             for a, g in zip(plan.assignments, ex.prepared, strict=True)
         )
         return Prepared(plan.program, groups, inputs.batch, inputs.heads, inputs.seqlen, inputs.q_len)
@@ -405,25 +408,15 @@ def _index_mask(mod, inputs: AttentionInputs) -> Tensor:
     return mod(b.view(B, 1, 1, 1), h.view(1, H, 1, 1), i.view(1, 1, Tq, 1), j.view(1, 1, 1, Tk)).expand(B, H, Tq, Tk)
 
 
-def _lsh_decides(spec: SpecBase) -> bool:
-    """Whether the op's own decisions include buckets of the built-in ``lsh`` criterion."""
-    return any(isinstance(p, Hash) and p.criterion == "lsh" for p in _parts(spec))
-
-
 def _buckets(spec: SpecBase) -> int | None:
-    for p in _parts(spec):
+    for p in spec.decision_parts():
         if hasattr(p, "buckets"):
             return p.buckets
     return None
 
 
 def _support_k(spec: SpecBase) -> int | None:
-    for p in _parts(spec):
+    for p in spec.decision_parts():
         if isinstance(p, TopKFeatures):
             return p.k
     return None
-
-
-def _parts(spec: SpecBase) -> tuple:
-    spec = getattr(spec, "rest", spec)
-    return tuple(getattr(spec, "parts", (spec,)))

@@ -1,26 +1,26 @@
 """Executing a plan: the call runs ``plan.steps`` in order, nothing else.
 
 ``decide`` makes the decisions (or checks the given ones); ``index`` builds a group's index
-tensors with the group's index builder; ``attend`` runs the group's backend on them (a backend
-that reads no index tensors attends the group's heads directly); ``merge`` writes every group's
-heads into one output. When the call makes its own decisions and a builder hashes the ``lsh``
-buckets itself (``Assignment.fused_hash``), the criterion only draws its rotation inside
-``deferred_lsh`` and that builder's first launch fills the buckets; every other reader of the
-buckets waits for them. The eager call and the ``torch.compile`` custom op
-(``tilesparse.library``) both come here.
+tensors with the group's index builder; ``attend`` runs the group's attention backend on them
+(a backend that reads no index tensors attends the group's heads directly); ``merge`` writes
+every group's heads into one output. When the call makes its own decisions and the plan lets
+a group's builder hash the ``lsh`` buckets inside its build (``Assignment.fused_hash``), the
+decide step leaves them unfilled (``tilesparse.decide``) and that group's index step fills
+them in the build's first launch; any other build hashes them first. The eager call and the
+``torch.compile`` custom op (``tilesparse.library``) both come here.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from .backends import IndexBuilder
+from .decide import DeferredHash
 from .ir import AttentionInputs, PreparedGroup
 from .patterns import Decisions
-from .patterns.criteria import deferred_lsh, pending_hash
 from .planner import Plan, Step
 from .planner.plan import STEP_KINDS
 
@@ -29,56 +29,59 @@ __all__ = ["Execution", "execute", "with_dense_heads"]
 
 @dataclass
 class Execution:
-    """What the steps produced: the decisions, each group's index tensors (None for a group
-    that reads none), each group's output, and the call's output."""
+    """What the steps produced: the decisions (and their ``lsh`` buckets while a fused build
+    has yet to hash them), each group's index tensors (None for a group that reads none), each
+    group's output, and the call's output."""
 
     decisions: Decisions | None = None
+    deferred: DeferredHash | None = None
     prepared: list[PreparedGroup | None] = field(default_factory=list)
     outputs: list[Tensor | None] = field(default_factory=list)
     out: Tensor | None = None
 
 
-def execute(
-    plan: Plan,
-    inputs: AttentionInputs,
-    decide: Callable[[], Decisions],
-    *,
-    decides: bool,
-    until: str | None = None,
-) -> Execution:
-    """Run ``plan.steps`` on ``inputs``; ``decide()`` makes or checks the decisions, and
-    ``decides`` says whether it makes them (only then may a builder hash the ``lsh`` buckets).
-    ``until``: run only the steps up to that kind (``"index"``: the decisions and the index
-    tensors, for ``prepare``)."""
+# the decide step's work: given the builder whose build may hash the lsh buckets (or None),
+# the decisions and, when that builder is to hash them, the buckets it fills
+Decide = Callable[[IndexBuilder | None], tuple[Decisions, DeferredHash | None]]
+
+
+def execute(plan: Plan, inputs: AttentionInputs, decide: Decide, *, until: str | None = None) -> Execution:
+    """Run ``plan.steps`` on ``inputs``; ``decide`` makes or checks the decisions. ``until``:
+    run only the steps up to that kind (``"index"``: the decisions and the index tensors, for
+    ``prepare``)."""
     n = len(plan.assignments)
     ex = Execution(prepared=[None] * n, outputs=[None] * n)
     kinds = list(STEP_KINDS)
-    steps = [s for s in plan.steps if until is None or kinds.index(s.kind) <= kinds.index(until)]
-    fuse = decides and any(a.fused_hash for a in plan.assignments)
-    with deferred_lsh() if fuse else contextlib.nullcontext([]) as pending:
-        for step in steps:
-            _STEPS[step.kind](plan, step, inputs, ex, decide, pending)
+    for step in plan.steps:
+        if until is None or kinds.index(step.kind) <= kinds.index(until):
+            _STEPS[step.kind](plan, step, inputs, ex, decide)
+    _hash_deferred(ex, inputs)  # buckets no step hashed (none read them) are still the call's
     return ex
 
 
-def _decide(plan, step: Step, inputs, ex: Execution, decide, pending) -> None:
-    ex.decisions = decide()
+def _decide(plan, step: Step, inputs, ex: Execution, decide: Decide) -> None:
+    fused = next((a.builder for a in plan.assignments if a.fused_hash), None)
+    ex.decisions, ex.deferred = decide(fused)
 
 
-def _index(plan, step: Step, inputs, ex: Execution, decide, pending) -> None:
+def _index(plan, step: Step, inputs, ex: Execution, decide: Decide) -> None:
     a = plan.assignments[step.group]
-    lsh = pending_hash(ex.decisions.q_bucket) if a.fused_hash else None
-    if lsh is None:
-        for p in pending:  # the buckets this build reads, hashed first
-            p.run()
-        dec = with_dense_heads(ex.decisions, a.dense_heads)
-        ex.prepared[step.group] = a.builder.prepare(plan.program, a.group, a.heads, dec, inputs)
-    else:
-        ex.prepared[step.group] = a.builder.prepare_hashing(plan.program, a.group, a.heads, ex.decisions, inputs, lsh)
-        lsh.done = True
+    if ex.deferred is not None and a.fused_hash:
+        lsh, ex.deferred = ex.deferred.lsh, None
+        ex.prepared[step.group] = a.builder.build_hashing(plan.program, a.group, a.heads, ex.decisions, inputs, lsh)
+        return
+    _hash_deferred(ex, inputs)  # the buckets this build reads, hashed first
+    dec = with_dense_heads(ex.decisions, a.dense_heads)
+    ex.prepared[step.group] = a.builder.build(plan.program, a.group, a.heads, dec, inputs)
 
 
-def _attend(plan, step: Step, inputs, ex: Execution, decide, pending) -> None:
+def _hash_deferred(ex: Execution, inputs: AttentionInputs) -> None:
+    if ex.deferred is not None:
+        ex.deferred.builder.hash(inputs, ex.deferred.lsh)
+        ex.deferred = None
+
+
+def _attend(plan, step: Step, inputs, ex: Execution, decide: Decide) -> None:
     a = plan.assignments[step.group]
     g = ex.prepared[step.group]
     if g is not None:
@@ -89,7 +92,7 @@ def _attend(plan, step: Step, inputs, ex: Execution, decide, pending) -> None:
         ex.out = ex.outputs[step.group]  # one group of every head: its output is the call's
 
 
-def _merge(plan, step: Step, inputs, ex: Execution, decide, pending) -> None:
+def _merge(plan, step: Step, inputs, ex: Execution, decide: Decide) -> None:
     out = inputs.q.new_empty(inputs.q.shape)
     for a, o in zip(plan.assignments, ex.outputs, strict=True):
         out[:, list(a.heads)] = o

@@ -1,11 +1,16 @@
-"""Backends: reference (the oracle), executor (the kernels' torch model), sdpa (dense groups),
-triton (tile-skipping kernels; needs CUDA or TRITON_INTERPRET=1), cupy (CUDA RawKernels:
-feature-intersection attention for TopKFeatures). They depend on the IR only; importing this
-package registers them in :data:`REGISTRY`."""
+"""Attention backends: reference (the oracle), executor (the kernels' torch model), sdpa (dense
+groups), triton (tile-skipping kernels; needs CUDA or TRITON_INTERPRET=1), cupy (CUDA
+RawKernels: feature-intersection attention for TopKFeatures); and index builders: torch (the
+IR's code), triton and cupy (kernels). They depend on the IR only; importing this package
+registers them in :data:`REGISTRY` and :data:`BUILDERS`."""
 
 # the triton and cupy backends import their libraries lazily: without them, they register
 # and report a reason
 from . import cupy, executor, reference, sdpa, triton
 from .base import REGISTRY, Backend, register
+from .builder import BUILDERS, HashingBuilder, IndexBuilder, lsh_hasher, register_builder
 
-__all__ = ["REGISTRY", "Backend", "cupy", "executor", "reference", "register", "sdpa", "triton"]
+__all__ = [
+    "BUILDERS", "REGISTRY", "Backend", "HashingBuilder", "IndexBuilder", "cupy", "executor", "lsh_hasher", "reference",
+    "register", "register_builder", "sdpa", "triton",
+]  # fmt: skip

@@ -1,13 +1,15 @@
-"""What every backend is: capabilities as class attributes, ``not_supported_reasons`` as the
-single source of truth, and ``attend`` over one prepared head group.
+"""What every attention backend is: capabilities as class attributes, ``not_supported_reasons``
+as the single source of truth, and ``attend`` over one prepared head group.
 
-A backend names the stages it implements itself (``STAGES``: ``attend`` always; ``layout``
-and ``ranges`` when it builds the index tensors in its own kernels; ``gather`` and ``scatter``
-when its kernels read and write rows through the layout's order) and the chains of them it
-runs as one kernel (``FUSIONS``); the planner contracts each chain into one node of the stage
-graph and records it as a fusion. Stages a backend does not implement run as the IR's torch
-code. Its price comes from the cost model's entry under its ``NAME`` (planner/costs.json), so
-a new backend plugs in with a registration and a calibrated entry.
+An attention backend turns a group's index tensors (built by an index builder,
+``builder.py``) into the output and its gradients. It names the stages it runs itself
+(``STAGES``: ``attend`` always; ``gather`` and ``scatter`` when its kernels read and write
+rows through the layout's order) and the chains of them it runs as one kernel (``FUSIONS``);
+the planner contracts each chain into one node of the stage graph and records it as a fusion.
+``INDEX_BUILDER`` names its own builder: the one a forced backend gets, and the one whose
+reasons are the backend's too (it runs only where its own builder can build). Its price comes
+from the cost model's entry under its ``NAME`` (planner/costs.json), so a new backend plugs in
+with a registration and a calibrated entry.
 
 Backends depend on the IR only; the planner reaches them through :data:`REGISTRY`.
 """
@@ -20,13 +22,13 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from ..ir import AttentionInputs, HeadGroup, PreparedGroup, Program, prepare_group
+from ..ir import AttentionInputs, HeadGroup, PreparedGroup
 
 __all__ = ["REGISTRY", "Backend", "register", "select_heads"]
 
 
 class Backend(ABC):
-    """A way to run the attend stage of a head group.
+    """A way to run the attend stage of a head group on its index tensors.
 
     Subclasses set the class attributes and implement :meth:`attend`; ``not_supported_reasons``
     checks the common capabilities and calls :meth:`_reasons` for backend-specific ones.
@@ -36,6 +38,7 @@ class Backend(ABC):
     # stages this backend runs itself, and the chains of them it runs as one kernel
     STAGES: ClassVar[tuple[str, ...]] = ("attend",)
     FUSIONS: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    INDEX_BUILDER: ClassVar[str] = "torch"  # its own index builder (builder.BUILDERS)
     SUPPORTED_DTYPES: ClassVar[tuple[torch.dtype, ...]] = (torch.float16, torch.bfloat16, torch.float32)
     SUPPORTED_DEVICES: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     MAX_HEAD_DIM: ClassVar[int] = 256
@@ -47,12 +50,9 @@ class Backend(ABC):
         torch.bfloat16: 3e-2,
     }
 
-    def not_supported_reasons(self, group: HeadGroup, inputs: AttentionInputs, stage: str = "attend") -> list[str]:
-        """Every reason this backend cannot run ``stage`` of ``group`` on ``inputs``; empty
-        when it can."""
+    def not_supported_reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
+        """Every reason this backend cannot attend ``group`` on ``inputs``; empty when it can."""
         reasons = []
-        if stage not in self.STAGES:
-            reasons.append(f"does not implement stage {stage!r} (implements {', '.join(self.STAGES)})")
         if inputs.device.type not in self.SUPPORTED_DEVICES:
             reasons.append(f"device {inputs.device.type!r} not in {self.SUPPORTED_DEVICES}")
         if inputs.dtype not in self.SUPPORTED_DTYPES:
@@ -62,17 +62,10 @@ class Backend(ABC):
             reasons.append(f"head dim {inputs.head_dim} > {self.MAX_HEAD_DIM}")
         if inputs.requires_grad and not self.SUPPORTS_BACKWARD:
             reasons.append("gradients are needed and this backend has no backward pass")
-        if stage == "attend":
-            return reasons + self._reasons(group, inputs)
-        return reasons + self._stage_reasons(stage, group, inputs)
+        return reasons + self._reasons(group, inputs)
 
     def _reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
         return []
-
-    def _stage_reasons(self, stage: str, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
-        """Backend-specific reasons against running ``stage`` (not attend) of ``group``; by
-        default the attend stage's."""
-        return self._reasons(group, inputs)
 
     def supports(self, group: HeadGroup, inputs: AttentionInputs) -> bool:
         return not self.not_supported_reasons(group, inputs)
@@ -85,25 +78,6 @@ class Backend(ABC):
         """The inputs a call copies because a kernel needs another memory layout (explain()
         lists them); empty when every input is read in place."""
         return []
-
-    def prepare(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs) -> PreparedGroup:
-        """The layout and ranges stages for ``group``: the IR's torch implementation unless a
-        backend fuses them into kernels of its own."""
-        return prepare_group(
-            program, group, heads, decisions,
-            batch=inputs.batch, heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device, q_len=inputs.q_len,
-        )  # fmt: skip
-
-    def prepare_hashing(
-        self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs, lsh
-    ) -> PreparedGroup:
-        """:meth:`prepare` that first fills the buckets of ``lsh``, a deferred call of the
-        ``lsh`` criterion (``q``, ``k``, ``rotations``, ``buckets`` and the (B, H, T) int32
-        buffers ``q_bucket``, ``k_bucket`` that ``decisions`` holds). This default hashes with
-        the criterion's own kernel, then prepares; a backend whose STAGES include ``decide``
-        overrides it to hash in its own launches."""
-        lsh.run()
-        return self.prepare(program, group, heads, decisions, inputs)
 
     @property
     def needs_prepare(self) -> bool:

@@ -19,25 +19,22 @@ Built-ins: ``bernoulli`` (keep), ``lsh`` (bucket, Reformer's random rotations) a
 ``topk_abs`` (support). :func:`check_output` holds every criterion, built-in or not, to that
 contract.
 
-A backend may give ``lsh`` a device kernel (:func:`register_lsh_kernel`; the CuPy backend does:
-the first launch of its index build). Where that kernel runs, ``lsh`` hashes with it instead of
-a matmul and argmaxes; inside :func:`deferred_lsh` it only draws its rotation and returns
-bucket buffers that a fused index build fills in its first launch (the same kernel, so the
-same buckets). This module knows no kernels: it calls what was registered.
+Criteria are pure functions of (q, k) and the generator: this module knows no kernels.
+``lsh`` is its two parts, :func:`lsh_rotation` (the draw) and :func:`lsh_matmul` (the hashing):
+where a compiled op's plan gives the hashing to an index builder's kernel (alone, or inside
+its first launch), the op draws the rotation with :func:`lsh_rotation` and the builder hashes
+(``tilesparse.decide``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import torch
 from torch import Tensor
-from torch._subclasses.fake_tensor import is_fake
 
 from .decisions import check_decision_tensor
 
@@ -45,13 +42,11 @@ __all__ = [
     "Criterion",
     "CriterionFn",
     "Produces",
-    "PendingHash",
     "check_output",
     "criterion",
-    "deferred_lsh",
-    "pending_hash",
-    "register_lsh_kernel",
     "get_criterion",
+    "lsh_matmul",
+    "lsh_rotation",
     "registered",
 ]
 
@@ -157,76 +152,6 @@ def bernoulli(q: Tensor, k: Tensor, /, *, keep: float, generator: torch.Generato
     return (u[:nq] < keep).view(B, H, Tq), (u[nq:] < keep).view(B, H, k.shape[2])
 
 
-@dataclass(eq=False)
-class PendingHash:
-    """An ``lsh`` call whose hashing waits for a fused index build: the inputs, the rotation
-    (float32 holding values of the inputs' dtype) and the (B, H, T) int32 buffers to fill."""
-
-    q: Tensor
-    k: Tensor
-    rotations: Tensor
-    buckets: int
-    q_bucket: Tensor
-    k_bucket: Tensor
-    done: bool = False
-
-    def run(self) -> None:
-        """Hash now (one kernel launch), unless a fused build did."""
-        if not self.done:
-            assert _LSH_KERNEL is not None, "a PendingHash exists only where a kernel is registered"
-            _LSH_KERNEL[1](self.q, self.k, self.rotations, self.buckets, self.q_bucket, self.k_bucket)
-            self.done = True
-
-
-# (reasons(device_type, head_dim, buckets, tokens) -> list[str], hash_into(q, k, rot, buckets, qb, kb))
-_LSH_KERNEL: tuple[Callable[[str, int, int, int], list[str]], Callable[..., None]] | None = None
-
-
-def register_lsh_kernel(reasons: Callable[[str, int, int, int], list[str]], hash_into: Callable[..., None]) -> None:
-    """Give the built-in ``lsh`` a device kernel: ``reasons(device_type, head_dim, buckets,
-    tokens)`` says why it should not run for B x H x T = ``tokens`` (empty when it should);
-    ``hash_into(q, k, rotations, buckets, q_out,
-    k_out)`` fills the (B, H, T) int32 buffers with the criterion's buckets (rotations
-    float32, (H, D, ceil(buckets / 2)), holding values of the inputs' dtype)."""
-    global _LSH_KERNEL
-    _LSH_KERNEL = (reasons, hash_into)
-
-
-_DEFERRED: ContextVar[list[PendingHash] | None] = ContextVar("tilesparse_deferred_lsh", default=None)
-
-
-@contextmanager
-def deferred_lsh() -> Iterator[list[PendingHash]]:
-    """Within: ``lsh`` calls on CUDA return unfilled buffers and append a :class:`PendingHash`
-    to the yielded list; a fused index build takes them (``done``), the exit hashes the rest."""
-    pending: list[PendingHash] = []
-    token = _DEFERRED.set(pending)
-    try:
-        yield pending
-    finally:
-        _DEFERRED.reset(token)
-        for p in pending:
-            p.run()
-
-
-def pending_hash(q_bucket: Tensor | None) -> PendingHash | None:
-    """The unfilled :class:`PendingHash` whose q-side buffer is ``q_bucket``, if any (inside
-    :func:`deferred_lsh`)."""
-    for p in _DEFERRED.get() or ():
-        if p.q_bucket is q_bucket and not p.done:
-            return p
-    return None
-
-
-def _kernel_hashes(q: Tensor, buckets: int) -> bool:
-    """Whether ``lsh`` hashes with the registered kernel here (never on the fake tensors a
-    torch.compile trace runs the criterion on: they have no memory for a kernel)."""
-    if _LSH_KERNEL is None or not q.is_cuda or is_fake(q):
-        return False
-    B, H, T, D = q.shape
-    return not _LSH_KERNEL[0](q.device.type, D, buckets, B * H * T)
-
-
 @criterion("lsh", produces="bucket", _builtin=True)
 def lsh(q: Tensor, k: Tensor, /, *, buckets: int, generator: torch.Generator | None = None):
     """Reformer's angular LSH: per head a random rotation R (D, ceil(buckets/2)); a token's
@@ -236,26 +161,23 @@ def lsh(q: Tensor, k: Tensor, /, *, buckets: int, generator: torch.Generator | N
     argmax runs over exactly ``buckets`` directions (one bucket is then a little larger in
     expectation). ``buckets=1`` puts every token in bucket 0. The projection is rounded to the
     inputs' dtype; ties go to the earlier direction, as in an argmax over the concatenation.
-    The projection is one batched matmul, or, on CUDA with cupy up to a size where the matmul
-    is faster, one kernel that sums it in float32 in a fixed order (the same draw of R;
-    near-ties can land on the other side of a rounding than a matmul would put them).
+    The projection is one batched matmul per side (:func:`lsh_matmul`); a compiled op may
+    give it to an index builder's kernel instead, which sums it in float32 in a fixed order
+    (the same draw of R; near-ties can land on the other side of a rounding than a matmul
+    would put them).
     """
     B, H, T, D = q.shape
     if buckets == 1:
         z = torch.zeros((B, H, T), dtype=torch.int32, device=q.device)
         return z, torch.zeros((B, H, k.shape[2]), dtype=torch.int32, device=q.device)
+    return lsh_matmul(q, k, lsh_rotation(H, D, buckets, q.dtype, q.device, generator), buckets)
+
+
+def lsh_rotation(heads: int, head_dim: int, buckets: int, dtype: torch.dtype, device, generator=None) -> Tensor:
+    """``lsh``'s draw: (H, D, ceil(buckets / 2)) normal values rounded to ``dtype`` (drawn in
+    float32, so one generator gives every dtype the same rotation up to rounding)."""
     half = math.ceil(buckets / 2)
-    rot = torch.randn((H, D, half), generator=generator, device=q.device, dtype=torch.float32).to(q.dtype)
-    # the kernel hashes equal-length q and k
-    if q.shape[2] == k.shape[2] and _kernel_hashes(q, buckets):
-        qb, kb = (torch.empty((B, H, T), dtype=torch.int32, device=q.device) for _ in range(2))
-        pending = PendingHash(q, k, rot.float(), buckets, qb, kb)
-        if (deferred := _DEFERRED.get()) is not None:
-            deferred.append(pending)
-        else:
-            pending.run()
-        return qb, kb
-    return lsh_matmul(q, k, rot, buckets)
+    return torch.randn((heads, head_dim, half), generator=generator, device=device, dtype=torch.float32).to(dtype)
 
 
 def lsh_matmul(q: Tensor, k: Tensor, rot: Tensor, buckets: int) -> tuple[Tensor, Tensor]:

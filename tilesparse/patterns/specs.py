@@ -78,9 +78,16 @@ class _Spec(BaseModel):
         """(H,) bool, True for heads computed dense whatever the decisions say."""
         return None
 
+    def decision_parts(self) -> tuple[_CriterionSpec, ...]:
+        """The specs whose criteria make this spec's decisions, in the order they draw."""
+        return ()
+
     def decide(self, q: Tensor, k: Tensor, *, generator: torch.Generator | None = None) -> Decisions:
         """Run the spec's criteria on q (B, H, Tq, D) and k expanded to (B, H, Tk, D)."""
-        return Decisions()
+        out = Decisions()
+        for p in self.decision_parts():
+            out = out.merge(p.decide(q, k, generator=generator))
+        return out
 
     def __str__(self) -> str:
         """Compact form: the class and the fields that differ from their defaults."""
@@ -124,6 +131,9 @@ class _CriterionSpec(_Spec):
     @property
     def decision_fields(self) -> frozenset[str]:
         return frozenset({f"q_{self.produces}", f"k_{self.produces}"})
+
+    def decision_parts(self) -> tuple[_CriterionSpec, ...]:
+        return (self,)
 
     def decide(self, q, k, *, generator=None) -> Decisions:
         fields = {n: getattr(self, n) for n in self.criterion_fields}
@@ -241,11 +251,8 @@ class Hybrid(_Spec):
     def supports(self, dec: Decisions) -> tuple[Tensor, Tensor] | None:
         return next((s for p in self.parts if (s := p.supports(dec)) is not None), None)
 
-    def decide(self, q, k, *, generator=None) -> Decisions:
-        out = Decisions()
-        for p in self.parts:
-            out = out.merge(p.decide(q, k, generator=generator))
-        return out
+    def decision_parts(self) -> tuple[_CriterionSpec, ...]:
+        return self.parts
 
 
 Rest = Annotated[Union[Dense, QKDrop, Hash, TopKFeatures, Hybrid], Field(discriminator="kind")]
@@ -296,8 +303,8 @@ class PerHead(_Spec):
     def supports(self, dec: Decisions) -> tuple[Tensor, Tensor] | None:
         return self.rest.supports(dec)
 
-    def decide(self, q, k, *, generator=None) -> Decisions:
-        return self.rest.decide(q, k, generator=generator)
+    def decision_parts(self) -> tuple[_CriterionSpec, ...]:
+        return self.rest.decision_parts()
 
 
 Spec = Annotated[Union[Dense, QKDrop, Hash, TopKFeatures, Hybrid, PerHead], Field(discriminator="kind")]

@@ -1,4 +1,5 @@
-"""Planning: which backend runs each head group, by estimated cost, and the stage graph.
+"""Planning: which attention backend and which index builder run each head group, by
+estimated cost, and the stage graph.
 
 Every head group goes through decide -> layout -> ranges -> attend (-> merge into the output
 when the plan has several groups). For each group the planner
@@ -8,24 +9,28 @@ when the plan has several groups). For each group the planner
    the plain dot. Only then may dense attention run a sparse spec: a high visited fraction
    alone never sends a drop or hash mask to dense attention, since that would change the
    result; the plan notes when dense attention would have been cheaper;
-2. asks every candidate backend for its reasons not to run the group
-   (``not_supported_reasons``, the single source of truth); with ``backend="auto"`` every
-   registered backend is a candidate, and one without a cost entry for the device is refused
-   with that reason; a forced backend is checked the same way;
+2. asks every candidate attention backend for its reasons not to run the group
+   (``not_supported_reasons``, the single source of truth; a backend that reads index tensors
+   runs only where its own index builder can build them, so that builder's reasons are its
+   too); with ``backend="auto"`` every registered backend is a candidate, and one without a
+   cost entry for the device is refused with that reason; a forced backend is checked the
+   same way;
 3. prices the others with the cost model (planner/cost.py: fixed + per visited tile, with the
    visited fraction estimated from the spec) and takes the cheapest; ties go to registration
    order. When nothing qualifies, the error lists every candidate with its reasons, in the
    format explain() uses for the refusals of a plan that succeeded.
 
-Then, for a group whose backend reads index tensors, it picks who builds them (``layout`` and
-``ranges``): the backend itself (Triton's kernels, or the IR's torch code) or another backend
-that implements those stages (CuPy's two-launch build), by the index lines of the cost model.
-When the op makes the decisions itself with the ``lsh`` criterion, a builder that implements
-``decide`` too (CuPy) hashes in its first launch, priced against the criterion's own launch
-plus the other build; a forced backend builds its own index.
+Then, for a group whose backend reads index tensors, it picks the index builder
+(``tilesparse.backends.BUILDERS``; ``layout`` and ``ranges``), priced separately by the index
+lines of the cost model: the backend's own (``INDEX_BUILDER``: Triton's kernels, CuPy's, or
+the IR's torch code) or, with ``backend="auto"``, any other registered builder that can build
+the group and is cheaper. When the op makes the decisions itself with the ``lsh`` criterion,
+the builder that hashes its buckets (``lsh_hasher``: CuPy, where its kernel is faster than
+torch) may hash them in its build's first launch (``fused_hash``), priced against the
+criterion's own launch plus another build; a forced backend gets its own builder.
 
-A backend's stage chains (``FUSIONS``) are contracted into one node of the graph each; every
-contraction is a recorded fusion. The graph's nodes, in a topological order, become the plan's
+A backend's and a builder's stage chains (``FUSIONS``) are contracted into one node of the
+graph each; every contraction is a recorded fusion. The graph's nodes, in a topological order, become the plan's
 :class:`Step` list (decide; build each group's index; attend each group; merge): the call
 executes exactly these steps (``tilesparse.execute``) and ``describe()`` prints them.
 """
@@ -36,7 +41,7 @@ from dataclasses import dataclass, replace
 
 import networkx as nx
 
-from ..backends import REGISTRY, Backend
+from ..backends import BUILDERS, REGISTRY, Backend, IndexBuilder, lsh_hasher
 from ..ir import (
     AttentionInputs,
     Causal,
@@ -78,7 +83,10 @@ class Assignment:
     planner wants a reader to know (simplifications, a cheaper dense plan it may not use);
     ``split`` the chosen backend's (host floor, work) estimate in ms; ``dense_heads`` the heads
     of a PerHead's dense group fused into this group's launch (run with one bucket and every
-    token kept, which is exactly dense attention).
+    token kept, which is exactly dense attention); ``builder`` the index builder (None when the
+    backend reads no index tensors), ``fused_hash`` whether it hashes the op's ``lsh`` buckets
+    in its build, ``index_costs`` the estimated ms of every builder compared, cheapest first,
+    ``index_refused`` the other builders that cannot build the group, with their reasons.
     """
 
     group: HeadGroup
@@ -91,22 +99,18 @@ class Assignment:
     lowered: HeadGroup | None = None
     split: tuple[float, float] = (0.0, 0.0)
     dense_heads: tuple[int, ...] = ()
-    index: Backend | None = None
+    builder: IndexBuilder | None = None
     fused_hash: bool = False
     index_costs: tuple[tuple[str, float], ...] = ()
-
-    @property
-    def builder(self) -> Backend:
-        """The backend whose ``prepare`` builds the index tensors."""
-        return self.index or self.backend
+    index_refused: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
 class Step:
     """One step a call executes: ``kind`` is "decide" (make or check the decisions, once),
     "index" (build ``group``'s index tensors), "attend" (run ``group``'s backend) or "merge"
-    (write every group's heads into the output); ``by`` names who runs it (a backend, or
-    "torch"); ``nodes`` are the stage-graph nodes it covers."""
+    (write every group's heads into the output); ``by`` names who runs it (an index builder,
+    an attention backend, or "torch"); ``nodes`` are the stage-graph nodes it covers."""
 
     kind: str
     group: int | None
@@ -147,11 +151,15 @@ class Plan:
             if a.costs:
                 est = ", ".join(f"{n} {ms:.3g} ms" if ms < float("inf") else f"{n} not priced" for n, ms in a.costs)
                 lines.append(f"  estimated: {est}; visited tiles {100 * a.visited:.1f}%")
+            if a.builder is not None:
+                fused = " (hashes the lsh buckets in its first launch)" if a.fused_hash else ""
+                lines.append(f"  index builder: {a.builder.NAME}{fused}")
             if len(a.index_costs) > 1:
                 est = ", ".join(f"{n} {ms:.3g} ms" for n, ms in a.index_costs)
                 lines.append(f"  index build estimated: {est}")
             lines += [f"  note: {n}" for n in a.notes]
             lines += [f"  refused {line}" for line in format_refusals(a.refused)]
+            lines += [f"  refused index builder {line}" for line in format_refusals(a.index_refused)]
         if self.fusions:
             lines.append("fusions: " + "; ".join(self.fusions))
         lines.append("steps, as a call runs them: " + " -> ".join(s.describe() for s in self.steps))
@@ -189,10 +197,15 @@ def shape_of(inputs: AttentionInputs, heads: int, causal: bool) -> Shape:
 
 
 def _reasons(name: str, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
+    """The backend's reasons, and its own index builder's (where that builder cannot build the
+    group, the backend does not run it)."""
     backend = REGISTRY.get(name)
     if backend is None:
         return [f"not available (registered: {sorted(REGISTRY)})"]
-    return backend.not_supported_reasons(group, inputs)
+    reasons = backend.not_supported_reasons(group, inputs)
+    if backend.needs_prepare:
+        reasons += [r for r in BUILDERS[backend.INDEX_BUILDER].not_supported_reasons(group, inputs) if r not in reasons]
+    return reasons
 
 
 @dataclass(frozen=True)
@@ -267,8 +280,8 @@ def make_plan(
     lsh_decide: bool = False,
     costs: CostTable | None = None,
 ) -> Plan:
-    """Assign a backend to every head group of ``program``, an index builder to every group
-    that reads index tensors, and build the stage graph. ``lsh_decide``: the op's decisions
+    """Assign an attention backend to every head group of ``program``, an index builder to
+    every group whose backend reads index tensors, and build the stage graph. ``lsh_decide``: the op's decisions
     include buckets of the built-in ``lsh`` criterion (a builder may hash them itself)."""
     costs = costs or default_costs()
     assignments, groups = [], []
@@ -292,7 +305,7 @@ def make_plan(
     fused = _fuse_dense_heads(assignments, inputs, backend, costs)
     if fused is not None:
         assignments = [fused]
-    assignments = [_choose_index(a, inputs, backend, costs, has_decide and lsh_decide) for a in assignments]
+    assignments = [_choose_builder(a, inputs, backend, costs, has_decide and lsh_decide) for a in assignments]
     program = replace(program, groups=tuple(groups))  # as run: prepare() builds these groups
     prepared = [a.backend for a in assignments if a.backend.needs_prepare]
     if prepared:
@@ -320,9 +333,8 @@ def _steps(graph: nx.DiGraph, assignments: list[Assignment], heads: int) -> tupl
     by = {graph.nodes[n]["backend"] for n in decide}
     steps = [Step("decide", None, by.pop() if len(by) == 1 else "torch" if not by else "+".join(sorted(by)), decide)]
     for i, a in enumerate(assignments):
-        if a.backend.needs_prepare:  # the IR's torch code builds it unless the builder has kernels
-            builder = a.builder.NAME if "layout" in a.builder.STAGES else "torch"
-            steps.append(Step("index", i, builder, nodes(i, "index")))
+        if a.builder is not None:
+            steps.append(Step("index", i, a.builder.NAME, nodes(i, "index")))
     steps += [Step("attend", i, a.backend.NAME, nodes(i, "attend")) for i, a in enumerate(assignments)]
     if len(assignments) != 1 or assignments[0].heads != tuple(range(heads)):
         steps.append(Step("merge", None, "torch", tuple(n for i in range(len(assignments)) for n in nodes(i, "merge"))))
@@ -358,8 +370,8 @@ def _fuse_dense_heads(assignments: list[Assignment], inputs, backend: str, costs
 
 def _stage_graph(assignments: list[Assignment], has_decide: bool) -> tuple[nx.DiGraph, tuple[str, ...]]:
     """decide -> layout -> ranges -> gather -> attend -> scatter (-> merge) per group; each stage
-    is run by the group's backend, its index builder, or the IR's torch code, and each chain in
-    their FUSIONS whose stages they all run is contracted into one node (a recorded fusion)."""
+    is run by the group's backend, its index builder, or torch code, and each chain in their
+    FUSIONS whose stages they all run is contracted into one node (a recorded fusion)."""
     graph = nx.DiGraph()
     fusions = []
     for i, a in enumerate(assignments):
@@ -367,7 +379,7 @@ def _stage_graph(assignments: list[Assignment], has_decide: bool) -> tuple[nx.Di
         stages: list[tuple[str, str]] = []
         if has_decide and a.group.heads is None:
             stages.append(("decide", ib.NAME if a.fused_hash else "torch"))
-        if b.needs_prepare:
+        if ib is not None:
             stages += [(s, ib.NAME if s in ib.STAGES else "torch") for s in ("layout", "ranges")]
             # a backend that reads rows through the index tensors gathers and scatters nothing
             stages += [(s, b.NAME) for s in ("gather", "attend", "scatter") if s in b.STAGES]
@@ -379,7 +391,7 @@ def _stage_graph(assignments: list[Assignment], has_decide: bool) -> tuple[nx.Di
             graph.add_node(f"{i}:{s}", group=i, backend=who)
         graph.add_edges_from((f"{i}:{x}", f"{i}:{y}") for (x, _), (y, _) in zip(stages, stages[1:], strict=False))
         merged: set[str] = set()
-        for who in dict.fromkeys((ib, b)):
+        for who in (ib, b) if ib is not None else (b,):
             for chain in who.FUSIONS:
                 if all((s, who.NAME) in stages for s in chain) and not merged & set(chain):
                     graph = _contract(graph, i, chain, who.NAME)
@@ -388,45 +400,47 @@ def _stage_graph(assignments: list[Assignment], has_decide: bool) -> tuple[nx.Di
     return graph, tuple(fusions)
 
 
-def _choose_index(
+def _choose_builder(
     a: Assignment, inputs: AttentionInputs, backend: str, costs: CostTable, lsh_decide: bool
 ) -> Assignment:
-    """Who builds the group's index tensors: the backend itself, or (``auto`` only) another
-    backend implementing ``layout`` and ``ranges`` whose index line is cheaper; one that
-    implements ``decide`` too hashes the op's ``lsh`` decisions in its own launches."""
-    own = a.backend
-    if not own.needs_prepare:
+    """Who builds the group's index tensors: the backend's own builder, or (``auto`` only)
+    another registered builder that can build the group and whose index line is cheaper; the
+    builder that hashes the op's ``lsh`` buckets may do it in its build's first launch."""
+    if not a.backend.needs_prepare:
         return a
+    own = BUILDERS[a.backend.INDEX_BUILDER]
     # the builder hashes every head into the decisions' buffers: a group of all heads only
     every_head = a.heads == tuple(range(inputs.heads)) and not a.dense_heads
     hashing = lsh_decide and a.group.has(SameBucket) and every_head
+    hasher = lsh_hasher(inputs, a.group.buckets) if hashing else None
     rows = shape_of(inputs, len(a.heads), a.group.causal is not None).row_units
     dev = inputs.device.type
 
-    def hashes(b: Backend) -> bool:
-        return hashing and "decide" in b.STAGES and not b.not_supported_reasons(a.group, inputs, "decide")
-
-    def option(b: Backend) -> tuple[str, float, bool] | None:
+    def option(b: IndexBuilder) -> tuple[str, float, bool] | None:
         """(the index line's name, estimated ms, hashes itself), or None when not priced."""
-        fuses = hashes(b)
-        name = (b.NAME if "layout" in b.STAGES else "torch") + ("+lsh" if fuses else "")
+        fuses = b is hasher
+        name = b.NAME + ("+lsh" if fuses else "")
         lines = [costs.index_line(dev, name)] + ([costs.index_line(dev, "lsh")] if hashing and not fuses else [])
         if any(line is None for line in lines):
             return None
         return name, sum(line(rows) for line in lines), fuses
 
+    if backend != "auto":
+        return replace(a, builder=own, fused_hash=own is hasher)
+    others = [(order, b) for order, b in enumerate(BUILDERS.values(), start=1) if b is not own and not b.OWN_ONLY]
+    reasons = {b.NAME: tuple(b.not_supported_reasons(a.group, inputs)) for _, b in others}
+    refused = tuple((n, r) for n, r in reasons.items() if r)
     own_option = option(own)
-    if backend != "auto" or own_option is None:
-        return replace(a, fused_hash=hashes(own))
+    if own_option is None:
+        return replace(a, builder=own, fused_hash=own is hasher, index_refused=refused)
     priced = [(own_option, 0, own)]
-    for order, b in enumerate(REGISTRY.values(), start=1):
-        if b is not own and "layout" in b.STAGES and not b.not_supported_reasons(a.group, inputs, "layout"):
-            if (o := option(b)) is not None:
-                priced.append((o, order, b))
+    for order, b in others:
+        if not reasons[b.NAME] and (o := option(b)) is not None:
+            priced.append((o, order, b))
     priced.sort(key=lambda p: (p[0][1], p[1]))
     (_, ms, fuses), _, chosen = priced[0]
     split = (a.split[0], max(0.0, a.split[1] - own_option[1] + ms))  # the build's estimate swapped
-    return replace(a, index=None if chosen is own else chosen, fused_hash=fuses, split=split,
+    return replace(a, builder=chosen, fused_hash=fuses, split=split, index_refused=refused,
                    index_costs=tuple((o[0], o[1]) for o, _, _ in priced))  # fmt: skip
 
 

@@ -5,11 +5,11 @@
   feature-major CSC with 16-bit ids, scores from the support overlaps inside a tile, the
   online softmax over the IR's tile ranges, forward and backward (dq~ and dk~ only on kept
   entries, dV dense); causal and every token-sparse layout of the IR.
-- ``kernels/index.cu``: the index-building stage of any head group in two launches (LSH
-  buckets optionally, a per-head counting sort by bucket, the block ranges), equal to
-  ``tilesparse.ir.prepare_group``; the planner may pick it to build another backend's index,
-  and its first launch alone is the ``lsh`` criterion's kernel on CUDA (``hash_into``,
-  registered with the criterion by ``tilesparse.api``).
+- ``kernels/index.cu``: the CuPy index builder (``builder.py``): any head group's index in
+  two launches (LSH buckets optionally, a per-head counting sort by bucket, the block ranges),
+  equal to ``tilesparse.ir.prepare_group``; the planner may pick it to build another backend's
+  index, and to hash the ``lsh`` criterion's buckets (its first launch alone, or fused into
+  the build) where that is faster than the criterion's torch ops.
 
 It runs on CUDA only. Without cupy or a GPU the backend reports why (never an import error).
 CI compiles every ``.cu`` for sm_90 (tests/backends/cupy/test_compile.py), runs the kernels on
@@ -25,12 +25,14 @@ import importlib.util
 
 from torch import Tensor
 
-from ...ir import AttentionInputs, FeatureDotScore, HeadGroup, PreparedGroup, Program, SameBucket
+from ...ir import AttentionInputs, FeatureDotScore, HeadGroup, PreparedGroup
 from ..base import Backend, register
+from ..builder import register_builder
+from .builder import CupyBuilder
 from .compile import SHARED_LIMIT
 from .layout import BM, BN, compressed_key_bytes, shared_bytes
 
-__all__ = ["CupyBackend", "compressed_key_bytes", "hash_into", "hash_reasons"]
+__all__ = ["CupyBackend", "CupyBuilder", "compressed_key_bytes", "cupy_reasons"]
 
 _HAVE_CUPY = importlib.util.find_spec("cupy") is not None
 
@@ -45,12 +47,10 @@ class CupyBackend(Backend):
 
     NAME = "cupy"
     SUPPORTED_DEVICES = ("cuda",)
-    # kernels/index.cu builds layout and ranges in two launches for any head group (the
-    # planner may pick it for another backend's groups), hashing the lsh criterion's buckets
-    # in its first launch when the op decides ("decide": LSH only); gather, attend and
-    # scatter are one kernel (TopKFeatures groups only)
-    STAGES = ("decide", "layout", "ranges", "gather", "attend", "scatter")
-    FUSIONS = (("decide", "layout", "ranges"), ("layout", "ranges"), ("gather", "attend", "scatter"))
+    # gather, attend and scatter are one kernel (TopKFeatures groups only)
+    STAGES = ("gather", "attend", "scatter")
+    FUSIONS = (("gather", "attend", "scatter"),)
+    INDEX_BUILDER = "cupy"
 
     def _reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
         reasons = []
@@ -67,35 +67,8 @@ class CupyBackend(Backend):
                 )
         return reasons
 
-    def _stage_reasons(self, stage: str, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
-        from .index import MAX_BUCKETS, hash_reasons
-
-        if stage == "decide":
-            if inputs.q_len != inputs.k_len:
-                return _length_reasons(inputs)
-            return hash_reasons(inputs.device.type, inputs.head_dim, group.buckets, inputs.batch * inputs.heads * inputs.seqlen)
-        reasons = cupy_reasons(inputs.device.type) + _length_reasons(inputs)
-        if group.buckets > MAX_BUCKETS:
-            reasons.append(f"the index build handles at most {MAX_BUCKETS} buckets, got {group.buckets}")
-        return reasons
-
     def blocks(self, inputs: AttentionInputs) -> tuple[int, int]:
         return BM, BN
-
-    def prepare(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs) -> PreparedGroup:
-        """Layout and ranges in two launches (kernels/index.cu)."""
-        from .index import build_group
-
-        return build_group(program, group, heads, decisions, **_sizes(inputs))
-
-    def prepare_hashing(
-        self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs, lsh
-    ) -> PreparedGroup:
-        """The same two launches, the first hashing every head into ``lsh``'s buffers."""
-        from .index import build_group
-
-        return build_group(program, group, heads, decisions, q=lsh.q, k=lsh.k, rotations=lsh.rotations,
-                           bucket_out=(lsh.q_bucket, lsh.k_bucket), **_sizes(inputs))  # fmt: skip
 
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
         from .op import feature_attention
@@ -144,22 +117,5 @@ def _cupy_sees_gpu() -> bool:
         return False
 
 
-def _sizes(inputs: AttentionInputs) -> dict:
-    return dict(batch=inputs.batch, n_heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device)
-
-
-def hash_reasons(device_type: str, head_dim: int, buckets: int, tokens: int) -> list[str]:
-    """Why ``index.cu`` should not hash (the ``lsh`` criterion's kernel; empty when it should)."""
-    from .index import hash_reasons
-
-    return hash_reasons(device_type, head_dim, buckets, tokens)
-
-
-def hash_into(*args) -> None:
-    """``index.hash_into``: the ``lsh`` criterion's buckets by the first launch alone."""
-    from .index import hash_into
-
-    hash_into(*args)
-
-
 register(CupyBackend())
+register_builder(CupyBuilder())

@@ -5,7 +5,7 @@ head, where the torch path sorts. The first launch counts each chunk's bins (has
 chunk's tokens first when it is given rotations), the second sorts and writes every block's
 ranges from the two sides' histograms, with no wait for the other side's sort.
 
-``build_group`` takes the same arguments as the Triton backend's, plus optional ``q``, ``k``
+``build_group`` takes the same arguments as the Triton builder's, plus optional ``q``, ``k``
 and ``rotations`` to hash in the kernel instead of reading ``dec``'s buckets;
 :func:`lsh_rotations` draws the rotations exactly as the ``lsh`` criterion does, so with the
 same generator the buckets agree with the criterion's up to the rounding of the projection

@@ -1,4 +1,5 @@
-"""The Triton backend: exact tile-skipping attention, forward and backward.
+"""The Triton backend: exact tile-skipping attention, forward and backward, and the Triton
+index builder (``builder.py``: layout and ranges in kernels, for any backend's groups).
 
 It runs on CUDA GPUs, and on the CPU under ``TRITON_INTERPRET=1`` (how CI tests it). Rows are
 read and written through the layout's orders, so gather, attend and scatter are one kernel.
@@ -9,18 +10,17 @@ error.
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 from torch import Tensor
 
-from ...ir import AttentionInputs, DotScore, HeadGroup, PreparedGroup, Program
+from ...ir import AttentionInputs, DotScore, HeadGroup, PreparedGroup
 from ..base import Backend, register
+from ..builder import register_builder
 from ..reference import feature_mask
+from .availability import triton_reasons
+from .builder import TritonBuilder
 
-__all__ = ["TritonBackend"]
-
-_HAVE_TRITON = importlib.util.find_spec("triton") is not None
+__all__ = ["TritonBackend", "TritonBuilder"]
 
 
 class TritonBackend(Backend):
@@ -28,44 +28,19 @@ class TritonBackend(Backend):
 
     NAME = "triton"
     SUPPORTED_DEVICES = ("cuda", "cpu")
-    STAGES = ("layout", "ranges", "gather", "attend", "scatter")
-    # the index kernels build layout and ranges together (sort keys, one sort, one block pass
-    # per side); the attention kernels read and write rows through the layout's order
-    FUSIONS = (("layout", "ranges"), ("gather", "attend", "scatter"))
+    STAGES = ("gather", "attend", "scatter")
+    # the attention kernels read and write rows through the layout's order
+    FUSIONS = (("gather", "attend", "scatter"),)
+    INDEX_BUILDER = "triton"
 
     def _reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
-        if not _HAVE_TRITON:
-            return ["triton is not installed (pip install 'triton>=3.6,<3.7')"]
-        from .op import interpreting
-
-        reasons = []
-        if inputs.device.type == "cpu" and not interpreting():
-            reasons.append("inputs are on the CPU: triton runs on CUDA, or on the CPU under TRITON_INTERPRET=1")
-        if inputs.device.type == "cuda" and torch.cuda.get_device_capability(inputs.device) < (8, 0):
-            cap = torch.cuda.get_device_capability(inputs.device)
-            reasons.append(f"GPU compute capability {cap} < (8, 0)")
-        from .index import index_build_reasons
-
-        return reasons + index_build_reasons(group, inputs.seqlen)
+        return triton_reasons(inputs)
 
     def blocks(self, inputs: AttentionInputs) -> tuple[int, int]:
         from .op import tile_config
 
         cfg = tile_config(inputs.head_dim, inputs.dtype, inputs.device)
         return cfg.block_q, cfg.block_k
-
-    def prepare(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs) -> PreparedGroup:
-        """Layout and ranges in five launches (index.py) instead of the IR's torch ops; with
-        queries shorter than keys (Tq < Tk), the IR's torch ops (the fused build takes one
-        length for both sides)."""
-        from .index import build_group
-
-        if inputs.q_len != inputs.k_len:
-            return super().prepare(program, group, heads, decisions, inputs)
-        return build_group(
-            program, group, heads, decisions,
-            batch=inputs.batch, n_heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,
-        )  # fmt: skip
 
     def input_copies(self, inputs: AttentionInputs) -> list[str]:
         strided = [n for n, t in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v)) if t.stride(-1) != 1]
@@ -107,3 +82,4 @@ def _sparsify(q: Tensor, k: Tensor, g: PreparedGroup, inputs: AttentionInputs) -
 
 
 register(TritonBackend())
+register_builder(TritonBuilder())

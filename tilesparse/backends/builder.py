@@ -1,0 +1,123 @@
+"""Index builders: a head group's decisions become the IR's index tensors (``PreparedGroup``).
+
+A builder runs the ``layout`` and ``ranges`` stages of a group for whichever attention backend
+reads them; every builder returns the same tensors as :func:`tilesparse.ir.prepare_group`
+(tested tensor for tensor), so the planner picks one by price alone. Three are registered:
+``torch`` (the IR's torch code, any device), ``triton`` (its kernels, ``triton/builder.py``)
+and ``cupy`` (two launches, ``cupy/builder.py``). Like an attention backend, a builder states
+what it cannot build in ``not_supported_reasons``.
+
+A :class:`HashingBuilder` can also hash the built-in ``lsh`` criterion's buckets, given the
+rotation the criterion drew (:class:`tilesparse.ir.hashing.LshHash`): alone (``hash``), or in
+the first launch of its build (``build_hashing``). :func:`lsh_hasher` names the builder that
+hashes a call's ``lsh`` buckets, so the op's decisions and a fused build agree bucket for bucket.
+
+Builders depend on the IR only; the planner reaches them through :data:`BUILDERS`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from torch._subclasses.fake_tensor import is_fake
+
+from ..ir import AttentionInputs, HeadGroup, PreparedGroup, Program, prepare_group
+from ..ir.hashing import LshHash
+
+__all__ = ["BUILDERS", "HashingBuilder", "IndexBuilder", "TorchBuilder", "lsh_hasher", "register_builder"]
+
+
+class IndexBuilder(ABC):
+    """A way to build the index tensors of a head group.
+
+    ``STAGES`` are the stages it runs in kernels of its own (the stage graph labels the others
+    ``torch``) and ``FUSIONS`` the chains of them it runs as one launch. ``OWN_ONLY`` keeps it
+    to the attention backends that name it (``Backend.INDEX_BUILDER``): the planner offers the
+    others to every backend that reads index tensors.
+    """
+
+    NAME: ClassVar[str]
+    STAGES: ClassVar[tuple[str, ...]] = ("layout", "ranges")
+    FUSIONS: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    SUPPORTED_DEVICES: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
+    OWN_ONLY: ClassVar[bool] = False
+
+    def not_supported_reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
+        """Every reason this builder cannot build ``group`` on ``inputs``; empty when it can."""
+        reasons = []
+        if inputs.device.type not in self.SUPPORTED_DEVICES:
+            reasons.append(f"device {inputs.device.type!r} not in {self.SUPPORTED_DEVICES}")
+        return reasons + self._reasons(group, inputs)
+
+    def _reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
+        return []
+
+    @abstractmethod
+    def build(
+        self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs
+    ) -> PreparedGroup:
+        """The index tensors of ``group``'s query ``heads`` under ``decisions``."""
+
+    def __repr__(self) -> str:
+        return f"<index builder {self.NAME}>"
+
+
+class HashingBuilder(IndexBuilder):
+    """A builder that can also hash the ``lsh`` criterion's buckets in its own launches."""
+
+    @abstractmethod
+    def hash_reasons(self, inputs: AttentionInputs, buckets: int) -> list[str]:
+        """Why it should not hash every head of ``inputs`` into ``buckets`` (empty when it
+        should: where it is the faster hasher)."""
+
+    @abstractmethod
+    def hash(self, inputs: AttentionInputs, lsh: LshHash) -> None:
+        """Fill ``lsh``'s bucket buffers."""
+
+    @abstractmethod
+    def build_hashing(
+        self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs, lsh: LshHash
+    ) -> PreparedGroup:
+        """:meth:`build` that fills ``lsh``'s buffers (the buckets ``decisions`` holds) first,
+        inside its own first launch."""
+
+
+class TorchBuilder(IndexBuilder):
+    """The IR's torch code (:func:`tilesparse.ir.prepare_group`): sorts and scans, any device.
+    The torch backends' own builder, never offered to a kernel backend (slow on a GPU)."""
+
+    NAME = "torch"
+    STAGES = ()
+    OWN_ONLY = True
+
+    def build(self, program, group, heads, decisions, inputs: AttentionInputs) -> PreparedGroup:
+        return prepare_group(
+            program, group, heads, decisions,
+            batch=inputs.batch, heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device, q_len=inputs.q_len,
+        )  # fmt: skip
+
+
+BUILDERS: dict[str, IndexBuilder] = {}
+
+
+def register_builder(builder: IndexBuilder) -> IndexBuilder:
+    """Add ``builder`` to :data:`BUILDERS` under its NAME."""
+    BUILDERS[builder.NAME] = builder
+    return builder
+
+
+def lsh_hasher(inputs: AttentionInputs, buckets: int) -> HashingBuilder | None:
+    """The builder that hashes a call's ``lsh`` buckets: the first registered one that should,
+    or None for the criterion's own torch ops (one bucket, queries shorter than keys, or the
+    fake tensors of a ``torch.compile`` trace, which have no memory for a kernel)."""
+    if buckets <= 1 or inputs.q_len != inputs.k_len or is_fake(inputs.q):
+        return None
+    for b in BUILDERS.values():
+        if isinstance(b, HashingBuilder) and inputs.device.type in b.SUPPORTED_DEVICES:
+            if not b.hash_reasons(inputs, buckets):
+                return b
+    return None
+
+
+register_builder(TorchBuilder())

@@ -1,0 +1,29 @@
+"""Why no Triton kernel can run on given inputs: shared by the attention backend and the index
+builder (each adds its own reasons)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from ...ir import AttentionInputs
+
+__all__ = ["HAVE_TRITON", "triton_reasons"]
+
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+
+
+def triton_reasons(inputs: AttentionInputs) -> list[str]:
+    """Why Triton kernels cannot run on ``inputs``' device (empty when they can)."""
+    if not HAVE_TRITON:
+        return ["triton is not installed (pip install 'triton>=3.6,<3.7')"]
+    from .op import interpreting
+
+    reasons = []
+    if inputs.device.type == "cpu" and not interpreting():
+        reasons.append("inputs are on the CPU: triton runs on CUDA, or on the CPU under TRITON_INTERPRET=1")
+    if inputs.device.type == "cuda" and torch.cuda.get_device_capability(inputs.device) < (8, 0):
+        cap = torch.cuda.get_device_capability(inputs.device)
+        reasons.append(f"GPU compute capability {cap} < (8, 0)")
+    return reasons

@@ -37,7 +37,6 @@ import tilesparse as ts  # noqa: E402
 from tilesparse import ir  # noqa: E402
 from tilesparse.backends.cupy import CupyBackend  # noqa: E402
 from tilesparse.backends.cupy.layout import compressed_key_bytes  # noqa: E402
-from tilesparse.patterns import get_criterion  # noqa: E402
 from tilesparse.patterns.criteria import lsh_matmul  # noqa: E402
 
 DEV = torch.device("cuda")
@@ -152,11 +151,13 @@ def index_rows(budget_end: float, quick: bool) -> list[dict]:
                 qb, kb = lsh_matmul(q, k, rot.to(q.dtype), buckets)
                 return ts.Decisions(q_bucket=qb, k_bucket=kb, **keep)
 
-            lsh = get_criterion("lsh")  # on CUDA with cupy: one kernel launch
+            # the op's lsh decisions (the criterion's draw; on CUDA with cupy, the CuPy builder's
+            # one hashing launch): the cost model's "lsh" line
+            lsh = ts.compile(ts.Hash(buckets=buckets)).decide
             paths = {
                 "torch_lsh+prepare": lambda: ir.prepare_group(program, group, heads, torch_lsh(), heads=Hi, **kw),
                 "torch_lsh+triton_build": lambda: triton_build(program, group, heads, torch_lsh(), n_heads=Hi, **kw),
-                "lsh_criterion": lambda: lsh(q, k, buckets=buckets, generator=torch.Generator(DEV).manual_seed(0)),
+                "lsh_criterion": lambda: lsh(q, k, generator=torch.Generator(DEV).manual_seed(0)),
                 "triton_build(buckets given)": lambda: triton_build(program, group, heads, dec0, n_heads=Hi, **kw),
                 "cupy_build(buckets given)": lambda: cindex.build_group(program, group, heads, dec0, n_heads=Hi, **kw),
                 "cupy_lsh+build": lambda: cindex.build_group(program, group, heads, ts.Decisions(**keep), n_heads=Hi,

@@ -144,9 +144,9 @@ def test_the_eager_hot_path_does_not_sync():
 @pytest.mark.parametrize("spec", [ts.Hash(buckets=16), ts.Hybrid(parts=[ts.Hash(buckets=8), ts.QKDrop(keep=0.6)])], ids=str)
 def test_each_index_builder_runs_the_call_exactly(monkeypatch, spec, builder):
     """The index lines made to favour one builder: CuPy hashes the op's lsh decisions in its
-    first launch (decide+layout+ranges), or Triton builds after the criterion's kernel; either
-    way the call equals the reference over attn.decide's decisions with the same generator
-    (the same kernel hashes both), outputs and gradients, GQA."""
+    first launch (decide+layout+ranges), or Triton builds after the CuPy builder hashed them
+    alone; either way the call equals the reference over attn.decide's decisions with the same
+    generator (the same kernel hashes both), outputs and gradients, GQA."""
     table = plan_module.default_costs().to_dict()
     cheap, dear = [0.01, 0.0], [5.0, 0.0]
     table["index"] = {"cuda": {"cupy+lsh": cheap if builder == "cupy" else dear, "cupy": dear, "lsh": [0.01, 0.0],
@@ -170,17 +170,24 @@ def test_each_index_builder_runs_the_call_exactly(monkeypatch, spec, builder):
         assert (got.float() - ref_g).abs().max() <= 3e-2 * ref_g.abs().max().clamp_min(1e-6), "gradient differs"
 
 
-def test_the_lsh_criterion_hashes_with_the_kernel_on_cuda():
-    """decide() on CUDA is one kernel launch: it agrees with the criterion's torch ops except
-    at near-ties of the rounded projection."""
+def test_decide_hashes_the_lsh_buckets_with_the_cupy_builder_on_cuda():
+    """attn.decide() on CUDA hashes with the CuPy builder's kernel (one launch): it agrees with
+    the criterion's torch ops except at near-ties of the rounded projection; the criterion
+    itself stays the torch ops (the same draw of the rotation)."""
+    from tilesparse.backends import lsh_hasher
+    from tilesparse.ir import check_inputs
     from tilesparse.patterns import get_criterion
     from tilesparse.patterns.criteria import lsh_matmul
 
     g = torch.Generator(DEVICE).manual_seed(0)
     q, k = (torch.randn((2, 4, 4096, 128), generator=g, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
-    qb, kb = get_criterion("lsh")(q, k, buckets=16, generator=torch.Generator(DEVICE).manual_seed(1))
+    assert lsh_hasher(check_inputs(q, k, k), 16).NAME == "cupy"
+    dec = ts.compile(ts.Hash(buckets=16)).decide(q, k, generator=torch.Generator(DEVICE).manual_seed(1))
+    qb, kb = dec.q_bucket, dec.k_bucket
     rot = torch.randn((4, 128, 8), generator=torch.Generator(DEVICE).manual_seed(1), device=DEVICE).to(q.dtype)
     wq, wk = lsh_matmul(q, k, rot, 16)
     differ = float(((qb != wq).float().mean() + (kb != wk).float().mean()) / 2)
     assert differ <= 2e-2, f"{differ:.2e} of the buckets differ"
     assert qb.dtype == torch.int32 and int(qb.max()) < 16 and int(qb.min()) >= 0
+    cq, ck = get_criterion("lsh")(q, k, buckets=16, generator=torch.Generator(DEVICE).manual_seed(1))
+    assert torch.equal(cq, wq) and torch.equal(ck, wk)

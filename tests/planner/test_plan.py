@@ -2,7 +2,9 @@
 exactly-dense masks are simplified and may then run dense, a high visited fraction never sends
 a drop or hash mask to dense attention (the plan says so instead), PerHead's groups run
 separately or fused by cost, ties go to registration order, refusals and errors share one
-format, and a backend's FUSIONS become recorded graph contractions.
+format, a backend's and an index builder's FUSIONS become recorded graph contractions, the
+index builder is chosen by its own price, and a builder that hashes the lsh buckets does it
+inside its build when the plan says so.
 
 The device rules are checked on the CPU with synthetic cost tables (the real backends, priced
 as a GPU would price them); the shipped table is checked in test_cost.py. CPU only.
@@ -14,10 +16,11 @@ import pytest
 import torch
 
 import tilesparse as ts
-from tilesparse.backends import REGISTRY, Backend
+from tilesparse.backends import BUILDERS, REGISTRY, Backend, HashingBuilder
 from tilesparse.backends.base import select_heads
 from tilesparse.ir import check_inputs, lower
 from tilesparse.planner import CostTable, make_plan
+from tilesparse.patterns import criteria
 from tilesparse.planner import plan as plan_module
 from tilesparse.testing import assert_equivalent
 
@@ -181,20 +184,57 @@ def test_when_no_backend_can_run_the_error_lists_every_candidate():
     assert "sdpa: layout sort is not identity" in text
 
 
-class _FusingBackend(Backend):
-    """A stand-in for a backend that hashes and sorts in one pass (as CuPy may); it attends
-    through the reference."""
+class _HashingTorchBuilder(HashingBuilder):
+    """A stand-in for CuPy's index build on the CPU: the IR's torch build, and the lsh
+    criterion's torch ops as its hashing (alone, or first thing in its build, as CuPy's first
+    launch would); it counts both."""
+
+    NAME = "test-index"
+    STAGES = ("decide", "layout", "ranges")
+    FUSIONS = (("decide", "layout", "ranges"), ("layout", "ranges"))
+    hashed = fused = 0
+
+    def hash_reasons(self, inputs, buckets):
+        return []
+
+    def hash(self, inputs, lsh):
+        type(self).hashed += 1
+        self._fill(inputs, lsh)
+
+    def build(self, program, group, heads, decisions, inputs):
+        return BUILDERS["torch"].build(program, group, heads, decisions, inputs)
+
+    def build_hashing(self, program, group, heads, decisions, inputs, lsh):
+        type(self).fused += 1
+        self._fill(inputs, lsh)
+        return self.build(program, group, heads, decisions, inputs)
+
+    @staticmethod
+    def _fill(inputs, lsh):
+        a, b = criteria.lsh_matmul(inputs.q, inputs.k_per_query_head(), lsh.rotations.to(inputs.dtype), lsh.buckets)
+        lsh.q_bucket.copy_(a), lsh.k_bucket.copy_(b)
+
+
+class _FusingBuilder(_HashingTorchBuilder):
+    """A builder that hashes and sorts in one pass, then builds the ranges."""
 
     NAME = "test-fusing"
-    STAGES = ("decide", "layout", "ranges", "attend")
     FUSIONS = (("decide", "layout"),)
+
+
+class _FusingBackend(Backend):
+    """An attention backend whose own builder is ``_FusingBuilder``; it attends through the
+    reference."""
+
+    NAME = "test-fusing"
+    INDEX_BUILDER = "test-fusing"
 
     def attend(self, g, inputs):
         return REGISTRY["reference"].attend(g, inputs)
 
 
-def test_a_new_backend_plugs_in_with_its_stages_fusions_and_cost_entry():
-    REGISTRY[_FusingBackend.NAME] = _FusingBackend()
+def test_a_new_backend_and_builder_plug_in_with_their_stages_fusions_and_cost_entry():
+    REGISTRY[_FusingBackend.NAME], BUILDERS[_FusingBuilder.NAME] = _FusingBackend(), _FusingBuilder()
     try:
         plan = make_plan(lower(ts.Hash(buckets=4), causal=True), inputs(), has_decide=True, lsh_decide=True,
                          costs=table({**GPU_LIKE, "test-fusing": entry(0.0, 0.0001, skips=True)}))  # fmt: skip
@@ -204,22 +244,28 @@ def test_a_new_backend_plugs_in_with_its_stages_fusions_and_cost_entry():
         dec = attn.decide(q, k)
         torch.testing.assert_close(attn(q, k, v, decisions=dec), attn.reference(q, k, v, decisions=dec))
     finally:
-        del REGISTRY[_FusingBackend.NAME]
+        del REGISTRY[_FusingBackend.NAME], BUILDERS[_FusingBuilder.NAME]
     (a,) = plan.assignments
-    assert a.backend.NAME == "test-fusing"
+    assert (a.backend.NAME, a.builder.NAME, a.fused_hash) == ("test-fusing", "test-fusing", True)
     nodes = {n: d["backend"] for n, d in plan.graph.nodes(data=True)}
     assert nodes == {"0:decide+layout": "test-fusing", "0:ranges": "test-fusing", "0:attend": "test-fusing"}
     assert plan.fusions == ("group 0: decide+layout fused in test-fusing",)
     assert "stages: decide+layout[test-fusing] -> ranges[test-fusing] -> attend[test-fusing]" in plan.describe()
+    assert "index builder: test-fusing (hashes the lsh buckets in its first launch)" in plan.describe()
 
 
-def test_backends_name_the_stages_they_do_not_implement():
+def test_attention_backends_and_index_builders_are_separate_roles():
     q = inputs(T=64)
     group = lower(ts.Hash(buckets=4), causal=True).groups[0]
-    assert REGISTRY["reference"].not_supported_reasons(group, q, stage="layout") == [
-        "does not implement stage 'layout' (implements attend)"
-    ]
-    assert REGISTRY["triton"].STAGES == ("layout", "ranges", "gather", "attend", "scatter")
+    assert not any(hasattr(b, "build") or hasattr(b, "prepare") for b in REGISTRY.values())
+    assert not any(hasattr(b, "attend") for b in BUILDERS.values())
+    assert REGISTRY["triton"].STAGES == ("gather", "attend", "scatter")
+    assert BUILDERS["triton"].STAGES == ("layout", "ranges")
+    assert {n: b.INDEX_BUILDER for n, b in REGISTRY.items() if b.needs_prepare} == {
+        "cupy": "cupy", "executor": "torch", "reference": "torch", "triton": "triton",
+    }  # fmt: skip
+    assert BUILDERS["cupy"].not_supported_reasons(group, q)[0] == "device 'cpu' not in ('cuda',)"
+    assert isinstance(BUILDERS["cupy"], HashingBuilder) and not isinstance(BUILDERS["triton"], HashingBuilder)
 
 
 def test_triton_plans_record_their_fusions():
@@ -229,6 +275,7 @@ def test_triton_plans_record_their_fusions():
         "group 0: gather+attend+scatter fused in triton",
     )
     assert "stages: decide[torch] -> layout+ranges[triton] -> gather+attend+scatter[triton]" in plan.describe()
+    assert "index builder: triton\n" in plan.describe()
 
 
 def test_head_groups_are_selected_as_views():
@@ -239,24 +286,6 @@ def test_head_groups_are_selected_as_views():
     torch.testing.assert_close(select_heads(t, (0, 2), 6), t[:, [0, 2]])
 
 
-class _IndexBuilder(Backend):
-    """A stand-in for CuPy's index build on the CPU: it builds layout and ranges (the IR's
-    torch code) and can hash the lsh buckets itself; it attends through the reference."""
-
-    NAME = "test-index"
-    STAGES = ("decide", "layout", "ranges", "attend")
-    FUSIONS = (("decide", "layout", "ranges"), ("layout", "ranges"))
-    hashed = 0
-
-    def prepare_hashing(self, program, group, heads, decisions, inputs, lsh):
-        lsh.run()  # the test's hash_into: the criterion's torch ops, as CuPy's first launch would
-        type(self).hashed += 1
-        return self.prepare(program, group, heads, decisions, inputs)
-
-    def attend(self, g, inputs):
-        return REGISTRY["reference"].attend(g, inputs)
-
-
 def index_table(**lines) -> CostTable:
     t = {"meta": {}, "devices": {"cpu": GPU_LIKE}, "index": {"cpu": {n.replace("_", "-").replace("-lsh", "+lsh"): v
                                                                       for n, v in lines.items()}}}  # fmt: skip
@@ -265,9 +294,9 @@ def index_table(**lines) -> CostTable:
 
 @pytest.fixture
 def index_builder():
-    REGISTRY[_IndexBuilder.NAME] = _IndexBuilder()
-    yield REGISTRY[_IndexBuilder.NAME]
-    del REGISTRY[_IndexBuilder.NAME]
+    BUILDERS[_HashingTorchBuilder.NAME] = _HashingTorchBuilder()
+    yield BUILDERS[_HashingTorchBuilder.NAME]
+    del BUILDERS[_HashingTorchBuilder.NAME]
 
 
 def test_the_cheaper_index_builder_builds_another_backends_groups(index_builder):
@@ -279,11 +308,12 @@ def test_the_cheaper_index_builder_builds_another_backends_groups(index_builder)
     nodes = {n: d["backend"] for n, d in cheap.graph.nodes(data=True)}
     assert nodes == {"0:decide": "torch", "0:layout+ranges": "test-index", "0:attend": "executor"}
     assert "index build estimated: test-index 0.2 ms, torch 1 ms" in cheap.describe()
+    assert "refused index builder cupy: device 'cpu' not in ('cuda',)" in cheap.describe()
     dear = make_plan(spec, inputs(), has_decide=True, costs=index_table(torch=[1.0, 0.0], test_index=[2.0, 0.0]))
-    assert dear.assignments[0].index is None and dear.assignments[0].builder.NAME == "executor"
-    # a forced backend builds its own index; without index lines nothing is compared
+    assert dear.assignments[0].builder is BUILDERS["torch"]
+    # a forced backend builds with its own builder; without index lines nothing is compared
     forced = make_plan(spec, inputs(), backend="executor", has_decide=True, costs=index_table(torch=[1.0, 0], test_index=[0.2, 0]))
-    assert forced.assignments[0].index is None and forced.assignments[0].index_costs == ()
+    assert forced.assignments[0].builder is BUILDERS["torch"] and forced.assignments[0].index_costs == ()
     assert plan_of(ts.Hash(buckets=4)).assignments[0].index_costs == ()
 
 
@@ -297,7 +327,7 @@ def test_a_builder_hashes_the_lsh_decisions_when_that_is_cheaper(index_builder):
     assert "stages: decide+layout+ranges[test-index] -> attend[executor]" in plan.describe()
     # without the lsh criterion deciding (decisions from another criterion), no hashing to fuse
     plain = make_plan(spec, inputs(), has_decide=True, lsh_decide=False, costs=costs)
-    assert (plain.assignments[0].builder.NAME, plain.assignments[0].fused_hash) == ("executor", False)
+    assert (plain.assignments[0].builder.NAME, plain.assignments[0].fused_hash) == ("torch", False)
     # PerHead's rest, alone or with the dense heads fused in, never hashes: the builder fills
     # every head's buffer with buckets
     per_head = lower(ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=4)), causal=True)
@@ -309,62 +339,50 @@ def test_a_builder_hashes_the_lsh_decisions_when_that_is_cheaper(index_builder):
         assert not any(a.fused_hash for a in plan.assignments)
 
 
-def test_deferred_hashing_runs_in_the_builder_and_the_call_stays_exact(index_builder, monkeypatch):
-    """The call path of a fused hash, on the CPU: lsh defers (as on CUDA with cupy), the builder
-    fills the buckets before reading them, and the output equals the reference over the same
-    decisions (the same generator draws)."""
-    from tilesparse.backends.cupy import index as cindex
-    from tilesparse.patterns import criteria
-
-    def hash_into(q, k, rot, buckets, qb, kb):
-        a, b = criteria.lsh_matmul(q, k, rot.to(q.dtype), buckets)
-        qb.copy_(a), kb.copy_(b)
-
-    monkeypatch.setattr(criteria, "_kernel_hashes", lambda q, buckets: True)
-    monkeypatch.setattr(cindex, "hash_into", hash_into)
+def test_the_fused_hash_runs_in_the_builder_and_the_call_stays_exact(index_builder, monkeypatch):
+    """The call path of a fused hash, on the CPU: the decide step draws the lsh rotation and
+    leaves the buckets to the builder (as on CUDA with cupy), whose build fills them before
+    reading them; the output equals the reference over attn.decide's decisions with the same
+    generator (hashed by the same builder, alone)."""
     costs = index_table(torch=[0.5, 0.0], lsh=[0.3, 0.0], test_index=[0.5, 0.0], test_index_lsh=[0.6, 0.0])
     monkeypatch.setattr(plan_module, "default_costs", lambda: costs)
     spec = ts.Hybrid(parts=[ts.Hash(buckets=4), ts.QKDrop(keep=0.6)])
     attn = ts.compile(spec, causal=True)
     q, k, v = torch.randn(3, 1, 4, 96, 16, generator=torch.Generator().manual_seed(0)).unbind(0)
     assert attn.plan(q, k, v).assignments[0].fused_hash
-    _IndexBuilder.hashed = 0
+    _HashingTorchBuilder.hashed = _HashingTorchBuilder.fused = 0
     out = attn(q, k, v, generator=torch.Generator().manual_seed(7))
-    assert _IndexBuilder.hashed == 1
-    dec = attn.decide(q, k, generator=torch.Generator().manual_seed(7))  # hashed at once, no defer
+    assert (_HashingTorchBuilder.fused, _HashingTorchBuilder.hashed) == (1, 0)
+    dec = attn.decide(q, k, generator=torch.Generator().manual_seed(7))  # hashed at once by the builder
+    assert (_HashingTorchBuilder.fused, _HashingTorchBuilder.hashed) == (1, 1)
     torch.testing.assert_close(out, attn.reference(q, k, v, decisions=dec))
+    # the buckets are the criterion's: the same draws, in the same order
+    want = spec.decide(q, k, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(dec.q_bucket, want.q_bucket) and torch.equal(dec.k_bucket, want.k_bucket)
+    assert torch.equal(dec.q_keep, want.q_keep)
     # given decisions: a plan of its own that hashes nothing, so the builder hashes nothing
     assert not attn.plan(q, k, v, decisions=dec).assignments[0].fused_hash
     attn(q, k, v, decisions=dec)
-    assert _IndexBuilder.hashed == 1
+    assert (_HashingTorchBuilder.fused, _HashingTorchBuilder.hashed) == (1, 1)
 
 
-def test_the_default_prepare_hashing_hashes_first_then_prepares():
-    """A backend that does not hash in its own launches fills the deferred buckets with the
-    criterion's kernel (here its torch ops) before it reads them."""
-    from tilesparse.ir import prepare_group
-    from tilesparse.patterns import criteria
+def test_buckets_no_build_took_are_hashed_before_the_call_returns(index_builder, monkeypatch):
+    """A plan run up to the decide step only (no index step takes the deferred buckets): the
+    builder hashes them at the end, so the decisions hold the criterion's buckets."""
+    from tilesparse.execute import execute
 
-    spec = ts.Hash(buckets=4)
-    q, k = torch.randn(2, 1, 2, 70, 8, generator=torch.Generator().manual_seed(1)).unbind(0)
-    rot = torch.randn(2, 8, 2, generator=torch.Generator().manual_seed(2))
-    qb, kb = (torch.full((1, 2, 70), -7, dtype=torch.int32) for _ in range(2))
-
-    class Lsh:
-        runs = 0
-
-        def run(self):
-            a, b = criteria.lsh_matmul(q, k, rot, 4)
-            qb.copy_(a), kb.copy_(b)
-            self.runs += 1
-
-    lsh = Lsh()
-    program = lower(spec, causal=True)
-    group, dec = program.groups[0], ts.Decisions(q_bucket=qb, k_bucket=kb)
-    got = REGISTRY["executor"].prepare_hashing(program, group, (0, 1), dec, check_inputs(q, k, k), lsh)
-    assert lsh.runs == 1 and int(qb.min()) >= 0
-    want = prepare_group(program, group, (0, 1), dec, batch=1, heads=2, seqlen=70, device="cpu")
-    assert torch.equal(got.q_order, want.q_order) and torch.equal(got.k_ranges, want.k_ranges)
+    costs = index_table(torch=[0.5, 0.0], lsh=[0.3, 0.0], test_index=[0.5, 0.0], test_index_lsh=[0.6, 0.0])
+    monkeypatch.setattr(plan_module, "default_costs", lambda: costs)
+    attn = ts.compile(ts.Hash(buckets=4), causal=True)
+    q, k, v = torch.randn(3, 1, 4, 96, 16, generator=torch.Generator().manual_seed(0)).unbind(0)
+    inp = check_inputs(q, k, v)
+    plan = attn.plan(q, k, v)
+    assert plan.assignments[0].fused_hash
+    _HashingTorchBuilder.hashed = _HashingTorchBuilder.fused = 0
+    ex = execute(plan, inp, attn._decide_step(inp, None, torch.Generator().manual_seed(3)), until="decide")
+    assert (_HashingTorchBuilder.fused, _HashingTorchBuilder.hashed, ex.deferred) == (0, 1, None)
+    want = ts.Hash(buckets=4).decide(q, k, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(ex.decisions.q_bucket, want.q_bucket) and torch.equal(ex.decisions.k_bucket, want.k_bucket)
 
 
 @pytest.mark.parametrize(

@@ -126,7 +126,7 @@ def time_row(spec, B: int, H: int, T: int, D: int, mode: str, device, *, reps: i
     plan = auto.plan(q, k, v, decisions=dec)
     row["auto"] = {
         "backends": [a.backend.NAME for a in plan.assignments],
-        "index_builders": [a.builder.NAME if a.backend.needs_prepare else None for a in plan.assignments],
+        "index_builders": [a.builder.NAME if a.builder else None for a in plan.assignments],
         "ms": ms["auto"],
         "estimated_ms": plan.estimated_ms,
         "estimated": {a.backend.NAME: dict(a.costs) for a in plan.assignments},

@@ -21,10 +21,11 @@ which writes ``costs.json`` next to this file); backends or devices without meas
 carry priors that say so (``source``). A backend with no entry for a device is not an
 automatic candidate there.
 
-Index builders (the layout and ranges stages, and LSH hashing fused into them) have their own
-lines per device, ``index``: milliseconds of a build against rows, named by builder
-(``triton``, ``cupy``, ``torch``), ``cupy+lsh`` for the CuPy build hashing in its first launch
-and ``lsh`` for the ``lsh`` criterion alone. They are fitted from the features benchmark's
+Index builders (``tilesparse.backends.BUILDERS``: the layout and ranges stages, and LSH
+hashing fused into them) are priced apart from attention, with their own lines per device,
+``index``: milliseconds of a build against rows, named by builder (``triton``, ``cupy``,
+``torch``), ``cupy+lsh`` for the CuPy build hashing in its first launch and ``lsh`` for the
+op's ``lsh`` hashing alone (CuPy's one launch where it hashes, else the criterion's torch ops). They are fitted from the features benchmark's
 index rows (D = 128); the planner compares them to pick who builds a group's index.
 
 :func:`estimate_visited` is the planner's prior for the visited fraction before any decision

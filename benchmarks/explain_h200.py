@@ -1,7 +1,7 @@
 """explain() of three representative specs at the target size (B=2, H=12, T=16,384, D=64, bf16,
 gradients needed; before any call): the README's H200 block.
 
-    python3 benchmarks/explain_h200.py > $OUT/explain_h200.txt
+    python3 benchmarks/explain_h200.py > benchmarks/results/explain_h200.txt
 """
 
 import sys

@@ -119,6 +119,38 @@ def test_explain_options_and_errors(capsys):
     assert "no-such-backend" in capsys.readouterr().err
 
 
+
+PLAN_LINES = ("group ", "  stages: ", "  index builder: ", "fusions: ", "steps, as a call runs them: ")
+
+
+def plan_lines(text: str) -> list[str]:
+    """The lines of an explain() printout that say what runs (not the tile counts)."""
+    return [line for line in text.splitlines() if line.startswith(PLAN_LINES) and " tiles (" not in line]
+
+
+def test_readme_cpu_explain_shows_the_plans_the_code_makes():
+    """The README's CPU explain() block, rerun as it says (seed=0, after one call): every plan
+    line (groups, stages, index builder, fusions, the executed steps) is what explain() prints."""
+    import torch
+
+    import tilesparse as ts
+
+    start = README.index("`explain()` on three specs (CPU")
+    block = re.search(r"```text\n(.*?)```", README[start:], flags=re.S).group(1)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 256, 64, requires_grad=True) for _ in range(3))
+    specs = (ts.Hybrid(parts=[ts.Hash(buckets=8), ts.QKDrop()]), ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=8)),
+             ts.Hash(buckets=1))  # fmt: skip
+    shown = block.strip().split("\n\n")
+    assert [t.splitlines()[0] for t in shown] == [f"CompiledAttention({s}, causal=True, backend='auto')" for s in specs]
+    for spec, text in zip(specs, shown, strict=True):
+        attn = ts.compile(spec, seed=0)
+        attn(q, k, v)
+        want = plan_lines(text)
+        assert any(line.startswith("steps, as a call runs them: ") for line in want)
+        assert plan_lines(attn.explain(q, k, v)) == want
+
+
 PERF_LABELS = {
     "Dense (auto: dispatches to SDPA)": "dense",
     "dense (SDPA)": "dense",

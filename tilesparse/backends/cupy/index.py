@@ -64,8 +64,8 @@ def lsh_buckets(q: Tensor, k: Tensor, rotations: Tensor, heads: tuple[int, ...],
 
 
 def hash_into(q: Tensor, k: Tensor, rotations: Tensor, buckets: int, q_bucket: Tensor, k_bucket: Tensor) -> None:
-    """The ``lsh`` criterion's CUDA path: every head of q (B, H, T, D) and k, into the (B, H, T)
-    int32 buffers."""
+    """The CuPy builder's hashing alone (the op's ``lsh`` buckets on CUDA where it is faster):
+    every head of q (B, H, T, D) and k (B, Hkv, T, D), into the (B, H, T) int32 buffers."""
     B, H, T, _ = q.shape
     _count(q, k, rotations, tuple(range(H)), q_bucket, k_bucket, None, None, buckets, True, B, T)
 

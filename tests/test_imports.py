@@ -7,7 +7,9 @@ Every ``import`` and ``from ... import`` in every module under ``tilesparse/`` i
 to the module it names; a module belongs to its first package under ``tilesparse``. Cycles
 are looked for among imports run at import time (module level), since lazy imports are how
 a cycle is legitimately broken. A synthetic tree shows the check catches both kinds of
-fault. Packages not named in LAYERS count as top level. CPU only.
+fault. Packages not named in LAYERS count as top level. ``patterns/`` also holds no slot (a
+rebound global, a context variable) through which another layer could plug a kernel into a
+criterion. CPU only.
 """
 
 import ast
@@ -228,4 +230,36 @@ def test_the_boundary_checks_catch_a_private_import_and_a_copied_sentinel(tmp_pa
     assert semantics_outside_ir(pkg) == [
         "backends/index.py writes the key sentinel 1 << 30 (import KEY_SENTINEL from tilesparse.ir)",
         "backends/model.py defines ['element_mask'] (owned by tilesparse/ir/semantics.py)",
+    ]
+
+
+def kernel_slots_in_patterns(root: Path) -> list[str]:
+    """A ``global`` rebinding or a context variable in ``patterns/``: the ways another layer
+    could plug a kernel into a criterion at run time (criteria are pure functions of q, k)."""
+    found = []
+    for path in sorted((root / "patterns").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Global):
+                found.append(f"{rel} rebinds a module global: {', '.join(node.names)}")
+            elif isinstance(node, ast.Import | ast.ImportFrom) and "contextvars" in (
+                [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            ):
+                found.append(f"{rel} imports contextvars")
+    return found
+
+
+def test_criteria_hold_no_kernel_slot():
+    assert kernel_slots_in_patterns(ROOT) == []
+
+
+def test_the_kernel_slot_check_catches_a_global_and_a_context_variable(tmp_path):
+    pkg = tmp_path / "tilesparse"
+    (pkg / "patterns").mkdir(parents=True)
+    (pkg / "patterns" / "criteria.py").write_text(
+        "from contextvars import ContextVar\n_K = None\n\ndef register(k):\n    global _K\n    _K = k\n"
+    )
+    assert kernel_slots_in_patterns(pkg) == [
+        "patterns/criteria.py imports contextvars",
+        "patterns/criteria.py rebinds a module global: _K",
     ]

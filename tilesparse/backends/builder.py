@@ -3,7 +3,7 @@
 A builder runs the ``layout`` and ``ranges`` stages of a group for whichever attention backend
 reads them; every builder returns the same tensors as :func:`tilesparse.ir.prepare_group`
 (tested tensor for tensor), so the planner picks one by price alone. Three are registered:
-``torch`` (the IR's torch code, any device), ``triton`` (its kernels, ``triton/builder.py``)
+``torch`` (the IR's torch code), ``triton`` (its kernels, ``triton/builder.py``)
 and ``cupy`` (two launches, ``cupy/builder.py``). Like an attention backend, a builder states
 what it cannot build in ``not_supported_reasons``.
 
@@ -84,7 +84,7 @@ class HashingBuilder(IndexBuilder):
 
 
 class TorchBuilder(IndexBuilder):
-    """The IR's torch code (:func:`tilesparse.ir.prepare_group`): sorts and scans, any device.
+    """The IR's torch code (:func:`tilesparse.ir.prepare_group`): sorts and scans in torch ops.
     The torch backends' own builder, never offered to a kernel backend (slow on a GPU)."""
 
     NAME = "torch"

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tilesparse as ts
-from tilesparse.backends import REGISTRY
+from tilesparse.backends import BUILDERS, REGISTRY
 from tilesparse.ir import check_inputs, lower, prepare, verify
 from tilesparse.testing import assert_equivalent, attention_inputs, decisions, specs
 
@@ -90,8 +90,12 @@ def test_cupy_refuses_shorter_queries_with_a_reason():
     q, k = torch.randn(1, 2, 8, 16), torch.randn(1, 2, 24, 16)
     group = lower(ts.TopKFeatures(k=4), causal=True).groups[0]
     inputs = check_inputs(q, k, k)
-    for stage in ("attend", "layout", "decide"):
-        reasons = REGISTRY["cupy"].not_supported_reasons(group, inputs, stage)
+    cupy = BUILDERS["cupy"]
+    for reasons in (
+        REGISTRY["cupy"].not_supported_reasons(group, inputs),  # attend
+        cupy.not_supported_reasons(group, inputs),  # the index build
+        cupy.hash_reasons(inputs, 16),  # hashing the lsh buckets
+    ):
         assert any("Tq=8 < Tk=24" in r for r in reasons), reasons
 
 

@@ -40,3 +40,15 @@ def test_a_timed_row_compares_every_backend_with_the_automatic_plan():
     data = {"meta": {"device": "cpu", "dtype": "float32", "causal": True}, "rows": [dense, sparse]}
     points = points_of(data)
     assert {p["backend"] for p in points} == {"reference", "executor", "sdpa", "triton"}
+
+
+def test_a_gqa_row_is_timed_and_its_json_checked_offline(tmp_path):
+    row = time_row(ts.Hash(buckets=4), 1, 4, 64, 16, "fwd", torch.device("cpu"), reps=1, reference_max_gib=1.0,
+                   kv_heads=2)  # fmt: skip
+    assert row["Hkv"] == 2 and "triton" in row["ms"] and "sdpa" not in row["ms"]
+    path = tmp_path / "check.json"
+    path.write_text(json.dumps({"meta": {"device": "cuda", "dtype": "bfloat16", "causal": True}, "rows": [row]}))
+    (checked,) = check_results(path, log=lambda line: None)
+    # every capable backend was measured, so the model's pick has a time to be judged by
+    assert checked["measured"] == row["ms"] and checked["chosen_ms"] is not None
+    assert checked["ok"] == (checked["chosen_ms"] <= 1.1 * min(row["ms"].values()))

@@ -326,6 +326,11 @@ def run(
     if grid not in GRIDS:
         raise ValueError(f"grid must be one of {sorted(GRIDS)}, got {grid!r}")
     g = GRIDS[grid]
+    if g.kv_heads is not None:
+        raise ValueError(
+            f"grid {grid!r} has grouped-query heads, which this engine does not time: "
+            "benchmarks/bench_models.py times it (and python -m tilesparse.bench.planner_check --grid models)"
+        )
     head_dims = _csv(head_dims) or g.head_dims
     seqlens = _csv(seqlens) or g.seqlens
     patterns = _csv(patterns, str) or g.patterns

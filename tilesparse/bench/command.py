@@ -26,7 +26,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         description="Time tilesparse against SDPA flash/cuDNN and FlexAttention "
         "(tilesparse.bench.attention's docstring says what is timed and how).",
     )
-    parser.add_argument("--grid", choices=sorted(GRIDS), default="full", help="sizes, patterns (default: %(default)s)")
+    parser.add_argument("--grid", choices=sorted(n for n, g in GRIDS.items() if g.kv_heads is None), default="full", help="sizes, patterns (default: %(default)s)")
     parser.add_argument("--d", help="head dims, comma-separated (default: the grid's)")
     parser.add_argument("--t", help="sequence lengths, comma-separated (default: the grid's)")
     parser.add_argument("--patterns", help=f"comma-separated, from {','.join(PATTERNS)} (default: the grid's)")

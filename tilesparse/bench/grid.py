@@ -45,7 +45,8 @@ FLEX_DEFAULT_D, FLEX_DEFAULT_MAX_T = 64, 32768
 @dataclass(frozen=True)
 class Grid:
     """The sizes and patterns of one benchmark grid; ``long_row`` adds T=131072 (Hash 16, D=64,
-    forward+backward, ours against SDPA flash: time and peak memory)."""
+    forward+backward, ours against SDPA flash: time and peak memory); ``kv_heads`` (GQA: k and
+    v have that many heads) is None for one kv head per query head."""
 
     batch: int
     heads: int
@@ -53,11 +54,14 @@ class Grid:
     seqlens: tuple[int, ...]
     patterns: tuple[str, ...]
     long_row: bool
+    kv_heads: int | None = None
 
 
 GRIDS: dict[str, Grid] = {
     "full": Grid(2, 12, (64, 128), (4096, 8192, 16384, 32768, 65536), DEFAULT_PATTERNS, True),
     "targets": Grid(2, 12, (64,), (16384, 32768), ("dense", "keep0.7", "keep0.5", "keep0.3", "hash16", "hybrid"), True),
     "quick": Grid(1, 2, (32,), (256, 512), DEFAULT_PATTERNS, False),
+    # the shapes current models run (benchmarks/bench_models.py times them against cuDNN)
+    "models": Grid(1, 32, (128,), (8192, 16384, 32768), DEFAULT_PATTERNS, False, kv_heads=8),
 }
 LONG_T, LONG_D, LONG_PATTERN = 131072, 64, "hash16"

@@ -89,18 +89,24 @@ def _call(attn, q, k, v, dec, grad, mode: str) -> Callable[[], object]:
     return lambda: torch.autograd.grad(attn(q, k, v, decisions=dec), (q, k, v), grad)
 
 
-def time_row(spec, B: int, H: int, T: int, D: int, mode: str, device, *, reps: int, reference_max_gib: float) -> dict:
-    """Every backend that can run ``spec`` at this shape, and the automatic plan, timed."""
+def time_row(
+    spec, B: int, H: int, T: int, D: int, mode: str, device, *, reps: int, reference_max_gib: float,
+    kv_heads: int | None = None,
+) -> dict:
+    """Every backend that can run ``spec`` at this shape, and the automatic plan, timed
+    (``kv_heads``: k and v have that many heads, GQA)."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     g = torch.Generator(device).manual_seed(T * 31 + D)
-    q, k, v, grad = (torch.randn((B, H, T, D), generator=g, device=device, dtype=dtype) for _ in range(4))
+    Hkv = H if kv_heads is None else kv_heads
+    q, grad = (torch.randn((B, H, T, D), generator=g, device=device, dtype=dtype) for _ in range(2))
+    k, v = (torch.randn((B, Hkv, T, D), generator=g, device=device, dtype=dtype) for _ in range(2))
     for t in (q, k, v):
         t.requires_grad_(mode == "fwd_bwd")
     timer = _timer(device, reps)
     auto = ts.compile(spec, causal=True, validate=False)
     dec = auto.decide(q, k, generator=g)
-    row: dict = {"spec": json.loads(spec.model_dump_json()), "B": B, "H": H, "T": T, "D": D, "mode": mode,
-                 "ms": {}, "skipped": {}}  # fmt: skip
+    row: dict = {"spec": json.loads(spec.model_dump_json()), "B": B, "H": H, "Hkv": Hkv, "T": T, "D": D,
+                 "mode": mode, "ms": {}, "skipped": {}}  # fmt: skip
     calls = {}
     for name in REGISTRY:
         if name == "reference" and B * H * T * T * 4 / 2**30 > reference_max_gib:
@@ -160,8 +166,8 @@ def time_grid(grid: str, *, device, reps: int, reference_max_gib: float, log=pri
         for T in g.seqlens:
             for name in g.patterns:
                 for mode in ("fwd", "fwd_bwd"):
-                    row = time_row(PATTERNS[name].spec, g.batch, g.heads, T, D, mode, device,
-                                   reps=reps, reference_max_gib=reference_max_gib)  # fmt: skip
+                    row = time_row(PATTERNS[name].spec, g.batch, g.heads, T, D, mode, device, reps=reps,
+                                   reference_max_gib=reference_max_gib, kv_heads=g.kv_heads)  # fmt: skip
                     row["pattern"] = name
                     rows.append(row)
                     log(_line(row))
@@ -185,39 +191,53 @@ def _line(row: dict) -> str:
 
 def check_results(path: Path, *, tolerance: float = 0.10, log=print) -> list[dict]:
     """Offline: the cost model's pick for every row of a benchmark JSON against the fastest
-    measured exact option (see the module docstring)."""
+    measured exact option (see the module docstring). Reads the benchmark engine's rows (one
+    measured backend each) and this check's own timed rows (every capable backend measured),
+    so a recalibrated model is checked against the times it was fitted on."""
     data = json.loads(Path(path).read_text())
     meta, costs = data.get("meta", {}), default_costs()
     dtype = getattr(torch, meta.get("dtype", "bfloat16"))
     out = []
     for r in data.get("rows", []):
-        if "ours" not in r.get("ms", {}):
+        if "ours" in r.get("ms", {}):
+            # the engine times one backend per row (SDPA's forced flash and cuDNN kernels are
+            # not backends the planner can pick: the sdpa backend runs torch's default dispatch)
+            measured = {r["backend"]: r["ms"]["ours"]}
+        elif "auto" in r and r.get("ms"):
+            measured = dict(r["ms"])  # this check's timed row: every capable backend
+        else:
             continue
         spec = ts.parse_spec(r["spec"])
         shape = Shape(r["B"], r["H"], r["T"], r["D"], dtype, r["mode"], bool(meta.get("causal", True)))
-        priced = {}
-        for group in lower(spec, causal=shape.causal).groups:
-            group, _ = simplify(group, shape.head_dim)
-            frac = estimate_visited(group, shape.seqlen)
-            # capabilities by the backends' own group checks (device and dtype are the row's)
-            for name, entry in costs.devices.get("cuda", {}).items():
-                backend = REGISTRY.get(name)
-                if backend is not None and not backend._reasons(group, _fake_inputs(shape)):
-                    priced[name] = priced.get(name, 0.0) + entry.ms(shape, frac)
+        priced = _priced(spec, shape, costs)
         chosen = min(priced, key=priced.get)
-        # the engine times one backend per row (SDPA's forced flash and cuDNN kernels are not
-        # backends the planner can pick: the sdpa backend runs torch's default dispatch)
-        measured = {r["backend"]: r["ms"]["ours"]}
         best = min(measured, key=measured.get)
         row = {"pattern": r.get("pattern"), "T": r["T"], "D": r["D"], "mode": r["mode"], "chosen": chosen,
                "estimated_ms": priced[chosen], "measured": measured, "best": best,
                "chosen_ms": measured.get(chosen)}  # fmt: skip
         row["ok"] = row["chosen_ms"] is not None and row["chosen_ms"] <= (1 + tolerance) * measured[best]
         out.append(row)
-        log(f"{row['pattern']:>8} D={row['D']:>3} T={row['T']:>6} {row['mode']:>7}  chosen {chosen:<8} "
+        log(f"{row['pattern'] or '?':>8} D={row['D']:>3} T={row['T']:>6} {row['mode']:>7}  chosen {chosen:<8} "
             f"(est. {priced[chosen]:8.3f} ms)  best measured {best:<8} {measured[best]:8.3f} ms  "
             f"{'ok' if row['ok'] else 'NOT MEASURED' if row['chosen_ms'] is None else 'SLOWER'}")  # fmt: skip
     return out
+
+
+def _priced(spec, shape: Shape, costs) -> dict[str, float]:
+    """The cost model's estimate per CUDA backend that can run every group of ``spec``."""
+    priced: dict[str, float] = {}
+    refused: set[str] = set()
+    for group in lower(spec, causal=shape.causal).groups:
+        group, _ = simplify(group, shape.head_dim)
+        frac = estimate_visited(group, shape.seqlen)
+        # capabilities by the backends' own group checks (device and dtype are the row's)
+        for name, entry in costs.devices.get("cuda", {}).items():
+            backend = REGISTRY.get(name)
+            if backend is not None and not backend._reasons(group, _fake_inputs(shape)):
+                priced[name] = priced.get(name, 0.0) + entry.ms(shape, frac)
+            else:
+                refused.add(name)
+    return {n: ms for n, ms in priced.items() if n not in refused}
 
 
 def _fake_inputs(shape: Shape):

@@ -24,6 +24,8 @@ from .execute import execute, with_dense_heads
 from .inference import KVCache, attend_cached
 from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, check_scale, check_tensor_args, dense_mask, lower, tile_stats
 from .patterns import Decisions, SpecBase, check_decisions, parse_spec
+from .patterns import decision_errors
+from .patterns.decision_errors import DeviceErrors, check_on_device, poisoned, rows_for
 from .patterns.criteria import register_lsh_kernel
 from .patterns.specs import Hash, TopKFeatures
 from .planner import Plan, make_plan
@@ -101,9 +103,10 @@ class CompiledAttention:
     def __getstate__(self) -> dict:
         """Pickle, deepcopy and torch.save carry the spec and options, not the process-local
         parts: the plan cache, the last call's index tensors, the custom ops' registry key, the
-        padded variants and the op's generators (a copy reseeds from ``seed``)."""
+        padded variants, the op's generators (a copy reseeds from ``seed``) and its device-side
+        error records."""
         state = dict(self.__dict__)
-        for name in ("_plans", "_last", "_key", "_variants", "_generators"):
+        for name in ("_plans", "_last", "_key", "_variants", "_generators", "_errors"):
             state.pop(name, None)
         return state
 
@@ -140,16 +143,18 @@ class CompiledAttention:
             if isinstance(part, TopKFeatures) and part.k > inputs.head_dim:
                 raise ValueError(f"TopKFeatures.k={part.k} exceeds the head dim D={inputs.head_dim}")
 
-    def _decisions(self, inputs: AttentionInputs, decisions: Decisions | None, generator) -> Decisions:
+    def _decisions(self, inputs: AttentionInputs, decisions: Decisions | None, generator, *, host: bool = False) -> Decisions:
         if decisions is None:
             return self._decide(inputs, generator)
         if not isinstance(decisions, Decisions):
             raise TypeError(f"decisions must be a tilesparse.Decisions (attn.decide(q, k) makes one), got {type(decisions).__name__}")
         # value checks: skipped only for decisions this spec's criteria made whose tensors are
-        # unchanged since; read back when validate=True or on the CPU (no sync to save there);
-        # on a GPU with validate=False checked by a device-side assertion (no sync)
+        # unchanged since; on the CPU read back (no sync to save there); on a GPU with
+        # validate=True on the device, clamped and reported later (decision_errors), with
+        # validate=False by a device-side assertion; ``host`` forces the read-back
         checked = not decisions.trusted_for(self.spec)
-        host = checked and (self.validate or inputs.device.type != "cuda")
+        deferred = checked and self.validate and not host and inputs.device.type in decision_errors.DEFERRED_DEVICES
+        host = checked and not deferred and (self.validate or inputs.device.type != "cuda")
         check_decisions(
             decisions,
             needed=self.spec.decision_fields,
@@ -162,9 +167,31 @@ class CompiledAttention:
             buckets=_buckets(self.spec),
             support_k=_support_k(self.spec),
             values=host,
-            device_values=checked and not host,
+            device_values=checked and not host and not deferred,
         )
-        return decisions
+        return self._check_on_device(decisions, inputs) if deferred else decisions
+
+    def _check_on_device(self, decisions: Decisions, inputs: AttentionInputs) -> Decisions:
+        """The decisions with their ids clamped, checked into the op's error record on the
+        device; marked trusted, carrying the call's poison (NaN when an id is out of range)."""
+        rows = rows_for(decisions, buckets=_buckets(self.spec), head_dim=inputs.head_dim)
+        if not rows:
+            return decisions
+        records = self.__dict__.setdefault("_errors", {})
+        errors = records.get((inputs.device, rows))
+        if errors is None:
+            errors = records[(inputs.device, rows)] = DeviceErrors(repr(self), rows, inputs.device)
+        dec, poison = check_on_device(decisions, rows, errors)
+        dec = dec.trusted(self.spec)
+        object.__setattr__(dec, "_poison", poison)
+        return dec
+
+    def _poll_errors(self, device: torch.device) -> None:
+        """Raise an error an earlier call's device-side checks recorded, if its copy has
+        reached the host (no wait)."""
+        for errors in self.__dict__.get("_errors", {}).values():
+            if errors.device == device:
+                errors.poll()
 
     # -- running ----------------------------------------------------------------------------
 
@@ -252,10 +279,11 @@ class CompiledAttention:
         """The call outside dynamo (and inside the custom op): the plan's steps, executed."""
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
+        self._poll_errors(inputs.device)
         plan = self._plan(inputs, decides=decisions is None)
         ex = execute(plan, inputs, lambda: self._decisions(inputs, decisions, generator), decides=decisions is None)
         self._last = tuple(g for g in ex.prepared if g is not None)
-        return ex.out
+        return poisoned(ex.out, getattr(ex.decisions, "_poison", None))
 
     def _traced(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None) -> Tensor:
         """The call as custom ops, for dynamo: decisions (made by the decide op unless given),
@@ -332,7 +360,7 @@ class CompiledAttention:
                 f"reference needs decisions= for {self.spec}: it compares against given decisions "
                 "(attn.decide(q, k) makes them)"
             )
-        dec = self._decisions(inputs, decisions or Decisions(), None)
+        dec = self._decisions(inputs, decisions or Decisions(), None, host=True)
         mask = dense_mask(self.spec, dec, causal=self.causal, inputs=inputs)
         call = parse_sdpa_call(q, k, causal=self.causal, key_padding_mask=key_padding_mask, document_ids=document_ids)
         extra = reference_mask_mod(call.key_padding_mask, call.document_ids, inputs.q_len)

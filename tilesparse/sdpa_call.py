@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from .ir import check_inputs
+from .patterns.decision_errors import poisoned
 from .patterns.padding import document_count, padded_decisions, padding_mask_mod, with_padding
 
 __all__ = ["SdpaCall", "parse_sdpa_call", "row_logsumexp", "run_sdpa_call"]
@@ -160,16 +161,16 @@ def _check_documents(ids: object, B: int, Tk: int, device: torch.device) -> Tens
 
 def run_sdpa_call(attn, q: Tensor, k: Tensor, v: Tensor, call: SdpaCall, decisions, generator):
     """``attn(q, k, v)`` under ``call``: the output, and (out, lse) when ``call.return_lse``."""
-
-
     scale = call.scale if call.scale is not None else attn.scale
     inputs = check_inputs(q, k, v, scale=scale)
     attn._check_spec_fits(inputs)
+    attn._poll_errors(inputs.device)
     pad, docs = call.key_padding_mask, call.document_ids
     documents = document_count(docs) if docs is not None else 1
     spec = with_padding(attn.spec, key_padding=pad is not None, documents=documents)
     op = _variant(attn, spec, scale)
     dec = attn._decisions(inputs, decisions, generator)
+    poison = getattr(dec, "_poison", None)  # given ids checked on the device (decision_errors)
     if pad is not None or documents > 1:
         dec = padded_decisions(
             attn.spec, spec, dec, key_padding_mask=pad, document_ids=docs, documents=documents,
@@ -177,7 +178,7 @@ def run_sdpa_call(attn, q: Tensor, k: Tensor, v: Tensor, call: SdpaCall, decisio
         ).trusted(spec)  # fmt: skip
     elif not dec.present():
         dec = None
-    out = op(q, k, v, decisions=dec)
+    out = poisoned(op(q, k, v, decisions=dec), poison)
     if not call.return_lse:
         return out
     return out, _lse(op, inputs, dec)

@@ -22,6 +22,8 @@ states that meaning independently, for the reference.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -102,14 +104,14 @@ def padded_decisions(
     """``dec`` (the decisions of ``spec``) turned into decisions of ``padded`` =
     ``with_padding(spec, ...)``, for ``heads`` query heads and ``q_len`` queries."""
     fields = dict(dec.items())
-    dense = spec.dense_heads_mask(heads) if isinstance(spec, PerHead) else None
-    if dense is not None and dense.any():  # dense heads: every token kept, one bucket
-        dense = dense.to(_device(dec, key_padding_mask, document_ids))
+    if isinstance(spec, PerHead) and spec.dense_heads:  # dense heads: every token kept, one bucket
+        spec.dense_heads_mask(heads)  # raises on out-of-range heads
+        dense = tuple(sorted(spec.dense_heads))
         for name, t in fields.items():
             if t is not None and name.endswith(("_keep", "_bucket")):
-                fill = True if name.endswith("_keep") else 0
-                fill_t = torch.as_tensor(fill, dtype=t.dtype, device=t.device)
-                fields[name] = torch.where(dense.view(1, -1, 1), fill_t, t)
+                # an index on the device, made once: a list or mask uploaded per call would wait
+                index = _head_index(dense, t.device)
+                fields[name] = t.index_fill(1, index, name.endswith("_keep"))
     need = padded.decision_fields
     like = document_ids if document_ids is not None else key_padding_mask
     B, Tk = like.shape
@@ -130,15 +132,9 @@ def padded_decisions(
     return Decisions(**{n: t for n, t in fields.items() if n in need})
 
 
-def _device(*ts) -> torch.device:
-    for t in ts:
-        if isinstance(t, Decisions):
-            for _, x in t.items():
-                if x is not None:
-                    return x.device
-        elif t is not None:
-            return t.device
-    return torch.device("cpu")
+@functools.lru_cache(maxsize=64)
+def _head_index(heads: tuple[int, ...], device: torch.device) -> Tensor:
+    return torch.tensor(heads, dtype=torch.int64, device=device)
 
 
 def padding_mask_mod(key_padding_mask: Tensor | None, document_ids: Tensor | None, q_len: int) -> MaskMod | None:

@@ -138,7 +138,8 @@ class CompiledAttention:
             return self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator).trusted(self.spec)
 
     def _check_spec_fits(self, inputs: AttentionInputs) -> None:
-        self.spec.dense_heads_mask(inputs.heads)  # raises on out-of-range heads
+        if bad := [h for h in getattr(self.spec, "dense_heads", ()) if h >= inputs.heads]:  # no tensor per call
+            raise ValueError(f"PerHead.dense_heads {bad} out of range for {inputs.heads} query heads")
         for part in _parts(self.spec):  # PerHead's rest and a Hybrid's parts, nested too
             if isinstance(part, TopKFeatures) and part.k > inputs.head_dim:
                 raise ValueError(f"TopKFeatures.k={part.k} exceeds the head dim D={inputs.head_dim}")

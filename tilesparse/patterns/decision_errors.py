@@ -8,8 +8,9 @@ would stop the host once per call, and a CUDA graph could not capture the call, 
   supports whether a token repeats a feature id;
 - the index build reads the ids *clamped* into their range, so an out-of-range id never
   becomes an out-of-bounds access;
-- a call whose ids are out of range (or repeat a feature id) returns an output of NaN (its
-  gradients follow), so it never returns plausible wrong numbers;
+- a call whose ids are out of range (or repeat a feature id) returns an output of NaN, and
+  NaN flows into the gradient that reaches that output in the backward pass, so it never
+  returns plausible wrong numbers;
 - the op's error record (one small int64 tensor per op and device) keeps the range of the
   ids given since the last report; a copy of it travels to pinned host memory behind the
   call's work, without a wait;
@@ -172,9 +173,22 @@ def check_on_device(dec: Decisions, rows: tuple[Row, ...], errors: DeviceErrors)
 
 
 def poisoned(out: Tensor, poison: Tensor | None) -> Tensor:
-    """``out`` plus the call's poison (NaN when its ids were out of range): gradients pass
-    through unchanged."""
-    return out if poison is None else out + poison
+    """``out`` plus the call's poison (NaN when its ids were out of range), and the same on the
+    way back: the gradient reaching the output is poisoned too (a loss such as ``out.sum()``
+    would otherwise send finite gradients through a NaN output)."""
+    return out if poison is None else _Poison.apply(out, poison)
+
+
+class _Poison(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, out: Tensor, poison: Tensor) -> Tensor:
+        ctx.save_for_backward(poison)
+        return out + poison
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (poison,) = ctx.saved_tensors
+        return grad + poison, None
 
 
 def check_errors() -> None:

@@ -105,7 +105,6 @@ def padded_decisions(
     ``with_padding(spec, ...)``, for ``heads`` query heads and ``q_len`` queries."""
     fields = dict(dec.items())
     if isinstance(spec, PerHead) and spec.dense_heads:  # dense heads: every token kept, one bucket
-        spec.dense_heads_mask(heads)  # raises on out-of-range heads
         dense = tuple(sorted(spec.dense_heads))
         for name, t in fields.items():
             if t is not None and name.endswith(("_keep", "_bucket")):

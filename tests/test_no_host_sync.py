@@ -1,0 +1,218 @@
+"""A warmed-up call makes no host synchronization: CPU, Triton interpreted, with a counting double.
+
+There is no GPU here, so "the host waits for the device" is counted by what would cause it on
+one. :class:`SyncCounter` counts, during a call (forward and backward):
+
+- through a ``TorchDispatchMode``: ``aten._local_scalar_dense`` (every ``.item()``,
+  ``int(t)``, ``bool(t)``, ``float(t)``, ``if t:``), ops whose output size depends on the data
+  (``nonzero``, ``masked_select``, ``unique``, boolean-mask indexing, ``repeat_interleave``
+  by a tensor) and ``lift_fresh`` (a tensor made from Python data: an upload that waits on a
+  GPU, and that a CUDA graph cannot capture, e.g. indexing with a Python list);
+- by patching: ``Tensor.tolist``, ``.cpu``, ``.numpy`` and ``torch.cuda.synchronize`` /
+  ``Event.synchronize`` / ``Stream.synchronize``.
+
+What it cannot see: a copy between devices (every tensor here is on the CPU), a wait inside a
+kernel launcher or inside a C++ op that reads device memory without dispatching a scalar read,
+and the CUDA caching allocator; tests/gpu/test_graph_capture_gpu.py covers those with
+``torch.cuda.set_sync_debug_mode("error")`` and a ``torch.cuda.graph`` capture. The Triton
+interpreter runs kernels on the host and reads their tensors there, so a kernel launch is not
+counted (on a GPU it is an asynchronous launch). The error record's host copy
+(:mod:`tilesparse.patterns.decision_errors`) is pinned host memory on a GPU: reading it is
+not a wait, and it is not counted. Validation runs its device path here (``DEFERRED_DEVICES``
+includes the CPU for these tests), as it does on CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import tilesparse as ts
+from tilesparse.patterns import decision_errors
+
+SPECS = {
+    "dense": ts.Dense(),
+    "qkdrop": ts.QKDrop(keep=0.6),
+    "hash": ts.Hash(buckets=4),
+    "topk": ts.TopKFeatures(k=4),
+    "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=3), ts.QKDrop(keep=0.7)]),
+    "perhead": ts.PerHead(dense_heads=[1], rest=ts.Hash(buckets=4)),
+}
+
+_DATA_SIZED = {"nonzero", "masked_select", "_unique", "_unique2", "unique_dim", "unique_consecutive"}
+
+
+class SyncCounter(TorchDispatchMode):
+    """Counts what would make the host wait for a GPU (see the module docstring); ``events``
+    lists them."""
+
+    def __init__(self, allowed: tuple[torch.Tensor, ...] = ()):
+        super().__init__()
+        self.events: list[str] = []
+        self._allowed = {id(t) for t in allowed}
+        self._paused = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not self._paused:
+            name = func._schema.name.removeprefix("aten::")
+            if name in ("_local_scalar_dense", "lift_fresh") or name in _DATA_SIZED:
+                self.events.append(name)
+            elif name in ("index", "index_put", "index_put_") and any(
+                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ())
+            ):
+                self.events.append(f"{name} with a boolean mask")
+            elif name == "repeat_interleave" and isinstance(args[0], torch.Tensor) and func.__name__ == "Tensor":
+                self.events.append("repeat_interleave by a tensor")
+        return func(*args, **kwargs)
+
+    def note(self, what: str, t=None) -> None:
+        if not self._paused and (t is None or id(t) not in self._allowed):
+            self.events.append(what)
+
+    @contextlib.contextmanager
+    def paused(self):
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
+
+@contextlib.contextmanager
+def counting_syncs(monkeypatch):
+    """A :class:`SyncCounter` active inside the block, with the Python-level reads patched and
+    the interpreter's kernel runs left out."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    allowed = tuple(e.host for e in list(decision_errors._LIVE))
+    counter = SyncCounter(allowed)
+    for method in ("tolist", "cpu", "numpy"):
+        original = getattr(torch.Tensor, method)
+
+        def patched(self, *a, _original=original, _method=method, **kw):
+            counter.note(f"Tensor.{_method}", self)
+            return _original(self, *a, **kw)
+
+        monkeypatch.setattr(torch.Tensor, method, patched)
+    for owner, name in ((torch.cuda, "synchronize"), (torch.cuda.Event, "synchronize"), (torch.cuda.Stream, "synchronize")):
+        monkeypatch.setattr(owner, name, lambda *a, _n=name, **kw: counter.note(f"cuda {_n}"))
+    run = InterpretedFunction.run
+
+    def run_unseen(self, *a, **kw):
+        with counter.paused():
+            return run(self, *a, **kw)
+
+    monkeypatch.setattr(InterpretedFunction, "run", run_unseen)
+    with counter:
+        yield counter
+
+
+def _inputs(seed=0, T=64, H=2, D=16):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, H, T, D, generator=g, requires_grad=True) for _ in range(3))
+
+
+def _step(attn, q, k, v, decisions):
+    out = attn(q, k, v, decisions=decisions)
+    out.square().sum().backward()
+    return out
+
+
+@pytest.fixture
+def device_checks(monkeypatch):
+    """validate=True's device path on the CPU, as on CUDA."""
+    monkeypatch.setattr(decision_errors, "DEFERRED_DEVICES", frozenset({"cuda", "cpu"}))
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["decisions_given", "decisions_made"])
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+@pytest.mark.parametrize("name", list(SPECS))
+def test_a_warmed_up_call_makes_no_host_sync(name, backend, given, device_checks, monkeypatch):
+    attn = ts.compile(SPECS[name], backend=backend)
+    q, k, v = _inputs()
+    fresh = lambda: ts.Decisions(**{n: t.clone() for n, t in attn.decide(q, k).items() if t is not None})  # noqa: E731
+    dec = fresh() if given else None  # clones: untrusted, so every id is checked
+    _step(attn, q, k, v, dec)  # plans, compiles, caches the head indices and the error record
+    dec = fresh() if given else None
+    with counting_syncs(monkeypatch) as counter:
+        _step(attn, q, k, v, dec)
+    assert counter.events == [], f"host syncs in a warmed-up call: {counter.events}"
+
+
+def test_the_double_sees_what_it_claims_to(monkeypatch):
+    """Each kind of sync it counts, once: the double can fail."""
+    t = torch.arange(6).view(2, 3)
+    with counting_syncs(monkeypatch) as counter:
+        t.sum().item()
+        bool(t.max() > 2)
+        t.nonzero()
+        t[t > 2]
+        t[:, [0, 2]]
+        t.tolist()
+        t.cpu()
+        torch.cuda.synchronize()
+    assert counter.events == [
+        "_local_scalar_dense", "_local_scalar_dense", "nonzero", "index with a boolean mask", "lift_fresh",
+        "Tensor.tolist", "Tensor.cpu", "cuda synchronize",
+    ]  # fmt: skip
+
+
+def test_validate_true_on_the_host_path_is_seen_syncing(monkeypatch):
+    """Without the device path (the CPU's own behaviour) a given decision is read back: the
+    double counts it, so the test above would catch a read-back left in."""
+    attn = ts.compile(ts.Hash(buckets=4), backend="reference")
+    q, k, v = _inputs()
+    dec = attn.decide(q, k)
+    given = ts.Decisions(q_bucket=dec.q_bucket.clone(), k_bucket=dec.k_bucket.clone())
+    with counting_syncs(monkeypatch) as counter:
+        attn(q, k, v, decisions=given)
+    assert "_local_scalar_dense" in counter.events
+
+
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+def test_a_bad_bucket_id_gives_nan_then_a_clear_error(backend, device_checks):
+    attn = ts.compile(ts.Hash(buckets=4), backend=backend)
+    q, k, v = _inputs()
+    dec = attn.decide(q, k)
+    bad = ts.Decisions(q_bucket=dec.q_bucket.clone(), k_bucket=dec.k_bucket.clone())
+    bad.k_bucket[0, 1, 7] = 1000
+    out = attn(q, k, v, decisions=bad)  # clamped for the build: no out-of-bounds read
+    assert out.isnan().all()
+    out.sum().backward()  # d(sum)/d(out) is finite: the poison reaches the gradients itself
+    assert all(t.grad.isnan().any() for t in (q, k, v))
+    with pytest.raises(ValueError, match=r"decisions\.k_bucket values must lie in \[0, 4\), got \[0, 1000\]"):
+        attn(q, k, v, decisions=dec)  # the next call reports it
+    torch.testing.assert_close(attn(q, k, v, decisions=dec), attn.reference(q, k, v, decisions=dec))  # reported once
+
+
+def test_check_errors_reports_and_forgets(device_checks):
+    attn = ts.compile(ts.TopKFeatures(k=4), backend="reference")
+    q, k, v = _inputs()
+    dec = attn.decide(q, k)
+    ts.check_errors()  # nothing recorded: no error
+    sup = dec.q_support.clone()
+    sup[0, 0, 3, 1] = sup[0, 0, 3, 0]
+    out = attn(q, k, v, decisions=ts.Decisions(q_support=sup, k_support=dec.k_support))
+    assert out.isnan().all()
+    with pytest.raises(ValueError, match=r"decisions\.q_support repeats a feature id"):
+        ts.check_errors()
+    ts.check_errors()  # raised once, then forgotten
+    good = attn(q, k, v, decisions=ts.Decisions(q_support=dec.q_support.clone(), k_support=dec.k_support))
+    assert not good.isnan().any()
+
+
+def test_padding_keeps_the_poison(device_checks):
+    attn = ts.compile(ts.Hash(buckets=4), backend="reference")
+    q, k, v = _inputs()
+    dec = attn.decide(q, k)
+    bad = ts.Decisions(q_bucket=dec.q_bucket.clone(), k_bucket=dec.k_bucket.clone())
+    bad.q_bucket[0, 0, 0] = -1
+    pad = torch.ones(1, 64, dtype=torch.bool)
+    pad[0, :5] = False
+    assert attn(q, k, v, decisions=bad, key_padding_mask=pad).isnan().all()
+    with pytest.raises(ValueError, match=r"decisions\.q_bucket values must lie in \[0, 4\), got \[-1, 3\]"):
+        ts.check_errors()

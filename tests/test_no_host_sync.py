@@ -216,3 +216,48 @@ def test_padding_keeps_the_poison(device_checks):
     assert attn(q, k, v, decisions=bad, key_padding_mask=pad).isnan().all()
     with pytest.raises(ValueError, match=r"decisions\.q_bucket values must lie in \[0, 4\), got \[-1, 3\]"):
         ts.check_errors()
+
+
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+def test_packed_documents_with_max_documents_make_no_host_sync(backend, device_checks, monkeypatch):
+    attn = ts.compile(ts.Hash(buckets=2), backend=backend)
+    q, k, v = _inputs()
+    docs = torch.tensor([[0] * 20 + [1] * 30 + [2] * 14])
+    pad = torch.ones(1, 64, dtype=torch.bool)
+    pad[0, :3] = False
+    dec = attn.decide(q, k)
+    given = lambda: ts.Decisions(q_bucket=dec.q_bucket.clone(), k_bucket=dec.k_bucket.clone())  # noqa: E731
+    kw = dict(key_padding_mask=pad, document_ids=docs, max_documents=4)
+    want = attn.reference(q, k, v, decisions=dec, key_padding_mask=pad, document_ids=docs)
+    torch.testing.assert_close(attn(q, k, v, decisions=given(), **kw), want)
+    with counting_syncs(monkeypatch) as counter:
+        attn(q, k, v, decisions=given(), **kw).square().sum().backward()
+    assert counter.events == [], f"host syncs in a warmed-up packed call: {counter.events}"
+    with counting_syncs(monkeypatch) as counter:  # without max_documents the ids' range is read back
+        attn(q, k, v, decisions=given(), key_padding_mask=pad, document_ids=docs)
+    assert counter.events.count("Tensor.tolist") == 1
+
+
+def test_a_document_id_past_max_documents_gives_nan_then_a_clear_error(device_checks):
+    attn = ts.compile(ts.Hash(buckets=2), backend="reference")
+    q, k, v = _inputs()
+    docs = torch.tensor([[0] * 20 + [1] * 30 + [5] * 14])
+    assert attn(q, k, v, document_ids=docs, max_documents=4).isnan().all()
+    with pytest.raises(ValueError, match=r"document_ids values must lie in \[0, 4\), got \[0, 5\]"):
+        ts.check_errors()
+
+
+def test_max_documents_is_checked_at_once_on_the_cpu():
+    attn = ts.compile(ts.Hash(buckets=2), backend="reference")
+    q, k, v = _inputs()
+    docs = torch.tensor([[0] * 50 + [4] * 14])
+    with pytest.raises(ValueError, match=r"document_ids values must lie in \[0, 4\) \(max_documents=4\), got \[0, 4\]"):
+        attn(q, k, v, document_ids=docs, max_documents=4)
+    with pytest.raises(ValueError, match=r"max_documents must be an int >= 1"):
+        attn(q, k, v, document_ids=docs, max_documents=0)
+    with pytest.raises(ValueError, match=r"pass document_ids too"):
+        attn(q, k, v, max_documents=2)
+    dec = attn.decide(q, k)
+    torch.testing.assert_close(
+        attn(q, k, v, decisions=dec, document_ids=docs, max_documents=8), attn(q, k, v, decisions=dec, document_ids=docs)
+    )

@@ -30,7 +30,7 @@ from .patterns.criteria import register_lsh_kernel
 from .patterns.specs import Hash, TopKFeatures
 from .planner import Plan, make_plan
 from .randomness import check_seed, op_generator
-from .sdpa_call import parse_sdpa_call, reference_mask_mod, run_sdpa_call
+from .sdpa_call import document_range, parse_sdpa_call, reference_mask_mod, run_sdpa_call
 
 __all__ = ["CompiledAttention", "PlanStats", "compile"]
 
@@ -178,14 +178,18 @@ class CompiledAttention:
         rows = rows_for(decisions, buckets=_buckets(self.spec), head_dim=inputs.head_dim)
         if not rows:
             return decisions
-        records = self.__dict__.setdefault("_errors", {})
-        errors = records.get((inputs.device, rows))
-        if errors is None:
-            errors = records[(inputs.device, rows)] = DeviceErrors(repr(self), rows, inputs.device)
-        dec, poison = check_on_device(decisions, rows, errors)
-        dec = dec.trusted(self.spec)
+        fields, poison = check_on_device(dict(decisions.items()), rows, self._error_record(inputs.device, rows))
+        dec = Decisions(**fields).trusted(self.spec)
         object.__setattr__(dec, "_poison", poison)
         return dec
+
+    def _error_record(self, device: torch.device, rows: tuple) -> DeviceErrors:
+        """The op's device-side error record for these checks on ``device`` (made once)."""
+        records = self.__dict__.setdefault("_errors", {})
+        errors = records.get((device, rows))
+        if errors is None:
+            errors = records[(device, rows)] = DeviceErrors(repr(self), rows, device)
+        return errors
 
     def _poll_errors(self, device: torch.device) -> None:
         """Raise an error an earlier call's device-side checks recorded, if its copy has
@@ -237,6 +241,7 @@ class CompiledAttention:
         return_lse: bool = False,
         key_padding_mask: Tensor | None = None,
         document_ids: Tensor | None = None,
+        max_documents: int | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attention of q (B, H, Tq, D) over k, v (B, Hkv, Tk, D) under the pattern, Tq <= Tk:
         query i sits at absolute position Tk - Tq + i (bottom-right, as FlashAttention).
@@ -247,14 +252,16 @@ class CompiledAttention:
         appended, then q attends to every cached token (decisions, if given, are the new
         tokens' own: (B, H, n) each side). SDPA's keywords (``attn_mask`` as key padding,
         ``dropout_p=0``, ``is_causal``, ``scale``, ``enable_gqa``), ``key_padding_mask``/
-        ``document_ids`` (exact predicates ANDed with the pattern) and ``return_lse`` are
-        described in :mod:`tilesparse.sdpa_call`.
+        ``document_ids`` (exact predicates ANDed with the pattern; ``max_documents`` bounds the
+        ids so that none is read back) and ``return_lse`` are described in
+        :mod:`tilesparse.sdpa_call`.
         """
         check_tensor_args(q, k, v)
         _check_generator(generator)
         call = parse_sdpa_call(
             q, k, causal=self.causal, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
             enable_gqa=enable_gqa, return_lse=return_lse, key_padding_mask=key_padding_mask, document_ids=document_ids,
+            max_documents=max_documents,
         )  # fmt: skip
         if cache is not None:
             if not call.plain:
@@ -364,6 +371,8 @@ class CompiledAttention:
         dec = self._decisions(inputs, decisions or Decisions(), None, host=True)
         mask = dense_mask(self.spec, dec, causal=self.causal, inputs=inputs)
         call = parse_sdpa_call(q, k, causal=self.causal, key_padding_mask=key_padding_mask, document_ids=document_ids)
+        if call.document_ids is not None:
+            document_range(call.document_ids)  # a negative id is an error
         extra = reference_mask_mod(call.key_padding_mask, call.document_ids, inputs.q_len)
         if extra is not None:  # key padding and documents AND with the pattern (sdpa_call's meaning)
             keep = _index_mask(extra, inputs)

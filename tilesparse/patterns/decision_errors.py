@@ -150,13 +150,16 @@ def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def check_on_device(dec: Decisions, rows: tuple[Row, ...], errors: DeviceErrors) -> tuple[Decisions, Tensor]:
-    """``dec`` with every id clamped into its range, checked on the device into ``errors``;
-    and a 0-d float tensor, NaN when this call's ids break a row, else 0, to add to the output."""
+def check_on_device(
+    tensors: dict[str, Tensor | None], rows: tuple[Row, ...], errors: DeviceErrors
+) -> tuple[dict[str, Tensor | None], Tensor]:
+    """``tensors`` (by field name) with every id clamped into its row's range, checked on the
+    device into ``errors``; and a 0-d float tensor, NaN when this call's ids break a row, else
+    0, to add to the output."""
     clamped: dict[str, Tensor] = {}
     los, his = [], []
     for row in rows:
-        t = getattr(dec, row.field)
+        t = tensors[row.field]
         if row.kind == "range":
             lo, hi = torch.aminmax(t)
             clamped[row.field] = t.clamp(0, row.bound - 1)
@@ -168,8 +171,7 @@ def check_on_device(dec: Decisions, rows: tuple[Row, ...], errors: DeviceErrors)
     ext = torch.stack([torch.stack(los), torch.stack(his)], dim=1).to(torch.int64)
     bad = errors.fold(ext)
     errors.publish()
-    out = Decisions(**{n: clamped.get(n, t) for n, t in dec.items()})
-    return out, torch.where(bad, float("nan"), 0.0)
+    return {n: clamped.get(n, t) for n, t in tensors.items()}, torch.where(bad, float("nan"), 0.0)
 
 
 def poisoned(out: Tensor, poison: Tensor | None) -> Tensor:

@@ -30,7 +30,7 @@ from torch import Tensor
 from .decisions import Decisions
 from .specs import Dense, Hash, Hybrid, MaskMod, PerHead, QKDrop, TopKFeatures, _Spec
 
-__all__ = ["MAX_COMBINED_BUCKETS", "document_count", "padded_decisions", "padding_mask_mod", "with_padding"]
+__all__ = ["MAX_COMBINED_BUCKETS", "document_count", "document_count_of", "padded_decisions", "padding_mask_mod", "with_padding"]
 
 MAX_COMBINED_BUCKETS = 65536  # Hash's bucket limit: buckets * documents must fit
 
@@ -38,8 +38,13 @@ MAX_COMBINED_BUCKETS = 65536  # Hash's bucket limit: buckets * documents must fi
 def document_count(document_ids: Tensor) -> int:
     """Documents to reserve ids for: max id + 1 rounded up to a power of two (so a stream of
     packed batches reuses a few compiled variants). Reads the ids back (one device sync)."""
-    n = int(document_ids.max()) + 1 if document_ids.numel() else 1
-    return 1 << max(0, n - 1).bit_length()
+    return document_count_of(int(document_ids.max()) if document_ids.numel() else 0)
+
+
+def document_count_of(max_id: int) -> int:
+    """Documents to reserve ids for when the largest id is ``max_id``: max_id + 1 rounded up to
+    a power of two."""
+    return 1 << max(0, max_id).bit_length()
 
 
 def with_padding(spec: _Spec, *, key_padding: bool, documents: int) -> _Spec:

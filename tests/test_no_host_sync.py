@@ -98,8 +98,8 @@ def counting_syncs(monkeypatch):
             return _original(self, *a, **kw)
 
         monkeypatch.setattr(torch.Tensor, method, patched)
-    for owner, name in ((torch.cuda, "synchronize"), (torch.cuda.Event, "synchronize"), (torch.cuda.Stream, "synchronize")):
-        monkeypatch.setattr(owner, name, lambda *a, _n=name, **kw: counter.note(f"cuda {_n}"))
+    for owner in (torch.cuda, torch.cuda.Event, torch.cuda.Stream):
+        monkeypatch.setattr(owner, "synchronize", lambda *a, **kw: counter.note("cuda synchronize"))
     run = InterpretedFunction.run
 
     def run_unseen(self, *a, **kw):
@@ -258,6 +258,26 @@ def test_max_documents_is_checked_at_once_on_the_cpu():
     with pytest.raises(ValueError, match=r"pass document_ids too"):
         attn(q, k, v, max_documents=2)
     dec = attn.decide(q, k)
-    torch.testing.assert_close(
-        attn(q, k, v, decisions=dec, document_ids=docs, max_documents=8), attn(q, k, v, decisions=dec, document_ids=docs)
-    )
+    bounded = attn(q, k, v, decisions=dec, document_ids=docs, max_documents=8)
+    torch.testing.assert_close(bounded, attn(q, k, v, decisions=dec, document_ids=docs))
+
+
+def test_a_user_criterion_is_checked_on_the_device_without_a_sync(device_checks, monkeypatch):
+    calls = []
+
+    @ts.criterion("test-sync-buckets", produces="bucket", replace=True)
+    def shifted(q, k, /, *, buckets, generator=None):
+        calls.append(1)
+        off = len(calls) >= 3  # the third call on returns an id past the range
+        qb = (q[..., 0] > 0).to(torch.int64) + (buckets if off else 0) * (q[..., 1] > 2)
+        return qb, (k[..., 0] > 0).to(torch.int64)
+
+    attn = ts.compile(ts.Hash(buckets=2, criterion="test-sync-buckets"), backend="triton")
+    q, k, v = _inputs()
+    _step(attn, q, k, v, None)
+    with counting_syncs(monkeypatch) as counter:
+        out = attn(q, k, v)
+    assert counter.events == [] and not out.isnan().any()
+    assert attn(q, k, v).isnan().all()
+    with pytest.raises(ValueError, match=r"decisions\.q_bucket values must lie in \[0, 2\), got \[0, 3\]"):
+        attn(q, k, v)

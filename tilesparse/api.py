@@ -26,7 +26,7 @@ from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, check_sc
 from .patterns import Decisions, SpecBase, check_decisions, parse_spec
 from .patterns import decision_errors
 from .patterns.decision_errors import DeviceErrors, check_on_device, poisoned, rows_for
-from .patterns.criteria import register_lsh_kernel
+from .patterns.criteria import get_criterion, register_lsh_kernel
 from .patterns.specs import Hash, TopKFeatures
 from .planner import Plan, make_plan
 from .randomness import check_seed, op_generator
@@ -135,7 +135,10 @@ class CompiledAttention:
         if generator is None:
             generator = op_generator(self, inputs.device)
         with torch.no_grad():
-            return self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator).trusted(self.spec)
+            dec = self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator).trusted(self.spec)
+            if inputs.device.type in decision_errors.DEFERRED_DEVICES and _user_criteria(self.spec):
+                dec = self._check_on_device(dec, inputs)  # their ids were not read back (criteria.py)
+            return dec
 
     def _check_spec_fits(self, inputs: AttentionInputs) -> None:
         if bad := [h for h in getattr(self.spec, "dense_heads", ()) if h >= inputs.heads]:  # no tensor per call
@@ -144,7 +147,9 @@ class CompiledAttention:
             if isinstance(part, TopKFeatures) and part.k > inputs.head_dim:
                 raise ValueError(f"TopKFeatures.k={part.k} exceeds the head dim D={inputs.head_dim}")
 
-    def _decisions(self, inputs: AttentionInputs, decisions: Decisions | None, generator, *, host: bool = False) -> Decisions:
+    def _decisions(
+        self, inputs: AttentionInputs, decisions: Decisions | None, generator, *, host: bool = False
+    ) -> Decisions:
         if decisions is None:
             return self._decide(inputs, generator)
         if not isinstance(decisions, Decisions):
@@ -446,6 +451,11 @@ def _index_mask(mod, inputs: AttentionInputs) -> Tensor:
 def _lsh_decides(spec: SpecBase) -> bool:
     """Whether the op's own decisions include buckets of the built-in ``lsh`` criterion."""
     return any(isinstance(p, Hash) and p.criterion == "lsh" for p in _parts(spec))
+
+
+def _user_criteria(spec: SpecBase) -> bool:
+    """Whether a part of ``spec`` decides with a registered (not built-in) criterion."""
+    return any(hasattr(p, "criterion") and not get_criterion(p.criterion).builtin for p in _parts(spec))
 
 
 def _buckets(spec: SpecBase) -> int | None:

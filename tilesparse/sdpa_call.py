@@ -198,7 +198,8 @@ def _documents(attn, call: SdpaCall, inputs) -> tuple[Tensor | None, int, Tensor
             raise ValueError(f"document_ids values must lie in [0, {n}) (max_documents={n}), got [{lo}, {hi}]")
         return docs, document_count_of(n - 1), None
     rows = (decision_errors.Row("document_ids", "range", n),)
-    fields, poison = decision_errors.check_on_device({"document_ids": docs}, rows, attn._error_record(inputs.device, rows))
+    errors = attn._error_record(inputs.device, rows)
+    fields, poison = decision_errors.check_on_device({"document_ids": docs}, rows, errors)
     return fields["document_ids"], document_count_of(n - 1), poison
 
 

@@ -140,8 +140,8 @@ class DeviceErrors:
             return
         self.record.copy_(self.init)
         raise ValueError(
-            f"{'; '.join(bad)} (given to {self.owner} on {self.device}; checked on the device: the call that "
-            "received them returned NaN, and the error is raised at the op's next call or by "
+            f"{'; '.join(bad)} (in a call of {self.owner} on {self.device}; checked on the device: the call "
+            "that met them returned NaN, and the error is raised at the op's next call or by "
             "tilesparse.check_errors())"
         )
 

@@ -30,7 +30,14 @@ from torch import Tensor
 from .decisions import Decisions
 from .specs import Dense, Hash, Hybrid, MaskMod, PerHead, QKDrop, TopKFeatures, _Spec
 
-__all__ = ["MAX_COMBINED_BUCKETS", "document_count", "document_count_of", "padded_decisions", "padding_mask_mod", "with_padding"]
+__all__ = [
+    "MAX_COMBINED_BUCKETS",
+    "document_count",
+    "document_count_of",
+    "padded_decisions",
+    "padding_mask_mod",
+    "with_padding",
+]
 
 MAX_COMBINED_BUCKETS = 65536  # Hash's bucket limit: buckets * documents must fit
 

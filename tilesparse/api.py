@@ -62,10 +62,13 @@ def compile(  # noqa: A001 - the library's verb, as in torch.compile
 
     ``causal`` adds j <= i; ``scale`` defaults to 1/sqrt(D); ``backend`` is "auto" or a
     registered name ("reference", "executor", "sdpa", "triton"), checked here. Given decisions
-    have their ids checked before any index is built: ``validate=True`` reads them back (one
-    device sync per call on a GPU; skipped for ``decide()``'s own decisions while their tensors
-    are unchanged); ``validate=False`` checks them on the GPU with a device-side assertion
-    instead (no sync), and on the CPU as ``True`` does. ``seed``/``resample``: the op's own
+    have their ids checked before any index is built (skipped for ``decide()``'s own decisions
+    while their tensors are unchanged), never with a device sync: on the CPU a bad id raises a
+    ValueError in the call; on a GPU ``validate=True`` checks them on the device, clamps them
+    for the index build, returns NaN from the call that met a bad id and raises the ValueError
+    at the op's next call or from :func:`tilesparse.check_errors`
+    (:mod:`tilesparse.patterns.decision_errors`); ``validate=False`` checks them there with a
+    device-side assertion instead (which ends the CUDA context). ``seed``/``resample``: the op's own
     randomness (:mod:`tilesparse.randomness`; default: torch's global generator, fresh draws
     per call).
     """

@@ -281,3 +281,16 @@ def test_a_user_criterion_is_checked_on_the_device_without_a_sync(device_checks,
     assert attn(q, k, v).isnan().all()
     with pytest.raises(ValueError, match=r"decisions\.q_bucket values must lie in \[0, 2\), got \[0, 3\]"):
         attn(q, k, v)
+
+
+def test_a_user_criterion_outside_an_op_call_is_still_read_back(device_checks):
+    """Only an op's decide step, which checks the ids on the device itself, skips the read-back
+    (a KV cache or a direct call still checks at once)."""
+
+    @ts.criterion("test-sync-out-of-range", produces="bucket", replace=True)
+    def out_of_range(q, k, /, *, buckets, generator=None):
+        return torch.full(q.shape[:3], buckets), torch.zeros(k.shape[:3], dtype=torch.int64)
+
+    q, k, _ = _inputs()
+    with pytest.raises(ValueError, match=r"q_side values must lie in \[0, 2\)"):
+        ts.patterns.get_criterion("test-sync-out-of-range")(q, k, buckets=2)

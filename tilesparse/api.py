@@ -11,6 +11,7 @@ traces a call (``torch.compile``), the call becomes the custom ops of ``tilespar
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -137,10 +138,11 @@ class CompiledAttention:
         # decisions are not differentiable: no autograd graph over the hashing or the top-k
         if generator is None:
             generator = op_generator(self, inputs.device)
-        with torch.no_grad():
+        on_device = inputs.device.type in decision_errors.DEFERRED_DEVICES and _user_criteria(self.spec)
+        with torch.no_grad(), decision_errors.caller_checks_ids() if on_device else contextlib.nullcontext():
             dec = self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator).trusted(self.spec)
-            if inputs.device.type in decision_errors.DEFERRED_DEVICES and _user_criteria(self.spec):
-                dec = self._check_on_device(dec, inputs)  # their ids were not read back (criteria.py)
+            if on_device:  # a user criterion's ids, not read back (criteria.py): checked here
+                dec = self._check_on_device(dec, inputs)
             return dec
 
     def _check_spec_fits(self, inputs: AttentionInputs) -> None:

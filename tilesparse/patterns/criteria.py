@@ -80,9 +80,9 @@ class Criterion:
     def __call__(self, q: Tensor, k: Tensor, /, *, generator=None, **fields) -> tuple[Tensor, Tensor]:
         out = self.fn(q, k, generator=generator, **fields)
         # value checks read the tensors back (a device sync): built-ins are correct by test; on
-        # a GPU a user criterion's ids are checked on the device by the op instead
-        # (CompiledAttention._decide, decision_errors), so the call makes no sync
-        values = not self.builtin and q.device.type not in decision_errors.DEFERRED_DEVICES
+        # a GPU, within an op's decide step, the op checks a user criterion's ids on the device
+        # instead (CompiledAttention._decide, decision_errors), so the call makes no sync
+        values = not self.builtin and not decision_errors.ids_checked_by_caller(q.device)
         return check_output(self, out, q, fields, values=values, k_len=k.shape[2])
 
 

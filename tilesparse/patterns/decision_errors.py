@@ -28,6 +28,9 @@ clamp, no NaN, but an out-of-range id ends the CUDA context instead of reaching 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -35,13 +38,24 @@ from torch import Tensor
 
 from .decisions import Decisions
 
-__all__ = ["DEFERRED_DEVICES", "DeviceErrors", "Row", "check_errors", "check_on_device", "poisoned", "rows_for"]
+__all__ = [
+    "DEFERRED_DEVICES",
+    "DeviceErrors",
+    "Row",
+    "caller_checks_ids",
+    "check_errors",
+    "check_on_device",
+    "ids_checked_by_caller",
+    "poisoned",
+    "rows_for",
+]
 
 # device types whose validate=True checks run on the device (the CPU raises at once; tests
 # add "cpu" to run the device path where it can be counted)
 DEFERRED_DEVICES: frozenset[str] = frozenset({"cuda"})
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
+_CALLER_CHECKS: ContextVar[bool] = ContextVar("tilesparse_caller_checks_ids", default=False)
 _INT64_MAX = torch.iinfo(torch.int64).max
 _INT64_MIN = torch.iinfo(torch.int64).min
 
@@ -144,6 +158,23 @@ class DeviceErrors:
             "that met them returned NaN, and the error is raised at the op's next call or by "
             "tilesparse.check_errors())"
         )
+
+
+@contextmanager
+def caller_checks_ids() -> Iterator[None]:
+    """Within: criteria called on a device of ``DEFERRED_DEVICES`` leave their ids' value checks
+    to the caller, which checks them on the device (the op's decide step does)."""
+    token = _CALLER_CHECKS.set(True)
+    try:
+        yield
+    finally:
+        _CALLER_CHECKS.reset(token)
+
+
+def ids_checked_by_caller(device: torch.device) -> bool:
+    """Whether a criterion's output ids on ``device`` are checked by the caller (see
+    :func:`caller_checks_ids`) rather than read back."""
+    return _CALLER_CHECKS.get() and device.type in DEFERRED_DEVICES
 
 
 def _capturing(device: torch.device) -> bool:

@@ -294,3 +294,29 @@ def test_a_user_criterion_outside_an_op_call_is_still_read_back(device_checks):
     q, k, _ = _inputs()
     with pytest.raises(ValueError, match=r"q_side values must lie in \[0, 2\)"):
         ts.patterns.get_criterion("test-sync-out-of-range")(q, k, buckets=2)
+
+
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+def test_index_tensor_sizes_depend_on_the_sizes_only(backend):
+    """Every index tensor's shape comes from B, H, T, the blocks and the bucket count: decisions
+    that drop every token, keep every token or put them all in one bucket allocate the same."""
+    spec = ts.Hybrid(parts=[ts.Hash(buckets=4), ts.QKDrop(keep=0.5)])
+    attn = ts.compile(spec, backend=backend)
+    q, k, v = _inputs()
+    shape = (1, 2, 64)
+
+    def fixed(keep: bool, bucket: torch.Tensor) -> ts.Decisions:
+        keeps = torch.full(shape, keep)
+        return ts.Decisions(q_keep=keeps, k_keep=keeps.clone(), q_bucket=bucket, k_bucket=bucket.clone())
+
+    variants = [
+        attn.decide(q, k),
+        fixed(False, torch.zeros(shape, dtype=torch.int64)),  # every token dropped
+        fixed(True, torch.arange(64).remainder(4).expand(shape)),  # every token kept, buckets spread
+    ]
+    names = ("q_order", "k_order", "q_ranges", "q_nseg", "k_ranges", "k_nseg")
+    sizes = set()
+    for dec in variants:
+        (g,) = attn.prepare(q, k, v, decisions=dec).groups
+        sizes.add(tuple(tuple(getattr(g, n).shape) for n in names))
+    assert len(sizes) == 1, sizes

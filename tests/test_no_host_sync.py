@@ -320,3 +320,15 @@ def test_index_tensor_sizes_depend_on_the_sizes_only(backend):
         (g,) = attn.prepare(q, k, v, decisions=dec).groups
         sizes.add(tuple(tuple(getattr(g, n).shape) for n in names))
     assert len(sizes) == 1, sizes
+
+
+def test_the_log_sum_exp_is_poisoned_with_the_output(device_checks):
+    attn = ts.compile(ts.Hash(buckets=4), backend="reference")
+    q, k, v = _inputs()
+    dec = attn.decide(q, k)
+    bad = ts.Decisions(q_bucket=dec.q_bucket.clone(), k_bucket=dec.k_bucket.clone())
+    bad.q_bucket[0, 1, 9] = 4
+    out, lse = attn(q, k, v, decisions=bad, return_lse=True)
+    assert out.isnan().all() and lse.isnan().all()
+    with pytest.raises(ValueError, match=r"decisions\.q_bucket values must lie in \[0, 4\)"):
+        ts.check_errors()

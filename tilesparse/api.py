@@ -134,16 +134,19 @@ class CompiledAttention:
         _check_generator(generator)
         return self._decide(inputs, generator)
 
-    def _decide(self, inputs: AttentionInputs, generator) -> Decisions:
+    def _decide(self, inputs: AttentionInputs, generator, poison: list | None = None) -> Decisions:
+        """The criteria's decisions, trusted; on a GPU a user criterion's ids are not read back
+        (criteria.py): a call (``poison`` given) checks them here on the device, adding its
+        poison to ``poison``; otherwise they come back untrusted, for the call that runs them."""
         # decisions are not differentiable: no autograd graph over the hashing or the top-k
         if generator is None:
             generator = op_generator(self, inputs.device)
         on_device = inputs.device.type in decision_errors.DEFERRED_DEVICES and _user_criteria(self.spec)
         with torch.no_grad(), decision_errors.caller_checks_ids() if on_device else contextlib.nullcontext():
-            dec = self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator).trusted(self.spec)
-            if on_device:  # a user criterion's ids, not read back (criteria.py): checked here
-                dec = self._check_on_device(dec, inputs)
-            return dec
+            dec = self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator)
+        if not on_device:
+            return dec.trusted(self.spec)
+        return dec if poison is None else self._check_on_device(dec, inputs, poison)
 
     def _check_spec_fits(self, inputs: AttentionInputs) -> None:
         if bad := [h for h in getattr(self.spec, "dense_heads", ()) if h >= inputs.heads]:  # no tensor per call
@@ -153,10 +156,14 @@ class CompiledAttention:
                 raise ValueError(f"TopKFeatures.k={part.k} exceeds the head dim D={inputs.head_dim}")
 
     def _decisions(
-        self, inputs: AttentionInputs, decisions: Decisions | None, generator, *, host: bool = False
+        self, inputs: AttentionInputs, decisions: Decisions | None, generator, *, host: bool = False,
+        poison: list | None = None,
     ) -> Decisions:
+        """The call's decisions, made or given and checked; ``poison`` collects the call's poison
+        (:mod:`tilesparse.patterns.decision_errors`) when ids were checked on the device."""
+        poison = [] if poison is None else poison
         if decisions is None:
-            return self._decide(inputs, generator)
+            return self._decide(inputs, generator, poison)
         if not isinstance(decisions, Decisions):
             raise TypeError(f"decisions must be a tilesparse.Decisions (attn.decide(q, k) makes one), got {type(decisions).__name__}")
         # value checks: skipped only for decisions this spec's criteria made whose tensors are
@@ -180,18 +187,18 @@ class CompiledAttention:
             values=host,
             device_values=checked and not host and not deferred,
         )
-        return self._check_on_device(decisions, inputs) if deferred else decisions
+        return self._check_on_device(decisions, inputs, poison) if deferred else decisions
 
-    def _check_on_device(self, decisions: Decisions, inputs: AttentionInputs) -> Decisions:
+    def _check_on_device(self, decisions: Decisions, inputs: AttentionInputs, poison: list) -> Decisions:
         """The decisions with their ids clamped, checked into the op's error record on the
-        device; marked trusted, carrying the call's poison (NaN when an id is out of range)."""
+        device, marked trusted; the call's poison (NaN when an id is out of range) goes to
+        ``poison``."""
         rows = rows_for(decisions, buckets=_buckets(self.spec), head_dim=inputs.head_dim)
         if not rows:
-            return decisions
-        fields, poison = check_on_device(dict(decisions.items()), rows, self._error_record(inputs.device, rows))
-        dec = Decisions(**fields).trusted(self.spec)
-        object.__setattr__(dec, "_poison", poison)
-        return dec
+            return decisions.trusted(self.spec)
+        fields, call_poison = check_on_device(dict(decisions.items()), rows, self._error_record(inputs.device, rows))
+        poison.append(call_poison)
+        return Decisions(**fields).trusted(self.spec)
 
     def _error_record(self, device: torch.device, rows: tuple) -> DeviceErrors:
         """The op's device-side error record for these checks on ``device`` (made once)."""
@@ -299,9 +306,11 @@ class CompiledAttention:
         self._check_spec_fits(inputs)
         self._poll_errors(inputs.device)
         plan = self._plan(inputs, decides=decisions is None)
-        ex = execute(plan, inputs, lambda: self._decisions(inputs, decisions, generator), decides=decisions is None)
+        poison: list = []  # NaN where the call's ids, checked on the device, are out of range
+        decide = lambda: self._decisions(inputs, decisions, generator, poison=poison)  # noqa: E731
+        ex = execute(plan, inputs, decide, decides=decisions is None)
         self._last = tuple(g for g in ex.prepared if g is not None)
-        return poisoned(ex.out, getattr(ex.decisions, "_poison", None))
+        return poisoned(ex.out, poison[0] if poison else None)
 
     def _traced(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None) -> Tensor:
         """The call as custom ops, for dynamo: decisions (made by the decide op unless given),
@@ -309,7 +318,7 @@ class CompiledAttention:
         names = library.decision_names(self.spec)
         if decisions is None:
             tensors = torch.ops.tilesparse.decide(q, k, self._key) if names else []
-            trusted = True
+            trusted = not _user_criteria(self.spec)  # a user criterion's ids: checked by the op
         else:
             tensors = [getattr(decisions, n) for n in names]
             trusted = False

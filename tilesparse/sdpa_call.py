@@ -213,8 +213,9 @@ def run_sdpa_call(attn, q: Tensor, k: Tensor, v: Tensor, call: SdpaCall, decisio
     docs, documents, doc_poison = _documents(attn, call, inputs)
     spec = with_padding(attn.spec, key_padding=pad is not None, documents=documents)
     op = _variant(attn, spec, scale)
-    dec = attn._decisions(inputs, decisions, generator)
-    poison = getattr(dec, "_poison", None)  # given ids checked on the device (decision_errors)
+    poisons: list = []  # NaN where ids checked on the device are out of range (decision_errors)
+    dec = attn._decisions(inputs, decisions, generator, poison=poisons)
+    poison = poisons[0] if poisons else None
     if pad is not None or documents > 1:
         dec = padded_decisions(
             attn.spec, spec, dec, key_padding_mask=pad, document_ids=docs, documents=documents,
@@ -222,10 +223,11 @@ def run_sdpa_call(attn, q: Tensor, k: Tensor, v: Tensor, call: SdpaCall, decisio
         ).trusted(spec)  # fmt: skip
     elif not dec.present():
         dec = None
-    out = poisoned(poisoned(op(q, k, v, decisions=dec), poison), doc_poison)
+    with decision_errors.no_polls():  # polled above: this call's own errors come next call
+        out = poisoned(poisoned(op(q, k, v, decisions=dec), poison), doc_poison)
     if not call.return_lse:
         return out
-    return out, _lse(op, inputs, dec)
+    return out, poisoned(poisoned(_lse(op, inputs, dec), poison), doc_poison)  # NaN with the output
 
 
 def _variant(attn, spec, scale: float | None):

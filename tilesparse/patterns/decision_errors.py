@@ -46,6 +46,7 @@ __all__ = [
     "check_errors",
     "check_on_device",
     "ids_checked_by_caller",
+    "no_polls",
     "poisoned",
     "rows_for",
 ]
@@ -56,6 +57,7 @@ DEFERRED_DEVICES: frozenset[str] = frozenset({"cuda"})
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _CALLER_CHECKS: ContextVar[bool] = ContextVar("tilesparse_caller_checks_ids", default=False)
+_NO_POLLS: ContextVar[bool] = ContextVar("tilesparse_no_polls", default=False)
 _INT64_MAX = torch.iinfo(torch.int64).max
 _INT64_MIN = torch.iinfo(torch.int64).min
 
@@ -134,7 +136,7 @@ class DeviceErrors:
 
     def poll(self) -> None:
         """Raise the recorded error if the last copy has landed (never waits)."""
-        if not self.pending or _capturing(self.device):
+        if not self.pending or _NO_POLLS.get() or _capturing(self.device):
             return
         if self.event is not None and not self.event.query():
             return
@@ -169,6 +171,17 @@ def caller_checks_ids() -> Iterator[None]:
         yield
     finally:
         _CALLER_CHECKS.reset(token)
+
+
+@contextmanager
+def no_polls() -> Iterator[None]:
+    """Within: no :meth:`DeviceErrors.poll` raises (a call that runs another op inside it, as a
+    padded call runs its sibling, polled at its own start)."""
+    token = _NO_POLLS.set(True)
+    try:
+        yield
+    finally:
+        _NO_POLLS.reset(token)
 
 
 def ids_checked_by_caller(device: torch.device) -> bool:

@@ -7,6 +7,7 @@ For every built-in pattern (backend="auto": SDPA for dense groups, Triton for sp
 - one ``torch.cuda.graph`` captures forward and backward with given decisions; replayed after
   new q, k, v, output gradient and new decisions are copied into its static tensors, it gives
   the eager result (output and the three gradients), twice in a row;
+- a packed call (key padding, document ids with ``max_documents``) does not sync either;
 - a bad bucket id still raises a clear ``ValueError``: at the op's next eager call, and, inside
   a replayed graph, from ``tilesparse.check_errors()``; the call that received it returns NaN;
 - ``torch.compile(mode="reduce-overhead")`` (inductor with CUDA graph trees) runs a small
@@ -76,6 +77,30 @@ def test_a_warmed_up_call_does_not_sync(name, given):
     torch.cuda.set_sync_debug_mode("error")
     try:
         attn(q, k, v, decisions=dec).backward(grad)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    ts.check_errors()
+
+
+@pytest.mark.parametrize("name", ["hash", "hybrid", "perhead"])
+def test_packed_documents_with_max_documents_do_not_sync(name):
+    attn = ts.compile(SPECS[name])
+    q, k, v = (t.requires_grad_() for t in _qkv(0))
+    docs = torch.repeat_interleave(torch.arange(4, device=DEVICE), T // 4)[None].expand(B, T).contiguous()
+    pad = torch.ones(B, T, dtype=torch.bool, device=DEVICE)
+    pad[:, :17] = False
+    kw = dict(key_padding_mask=pad, document_ids=docs, max_documents=4)
+    dec = _given(attn, q, k)
+    want = attn.reference(q, k, v, decisions=dec, key_padding_mask=pad, document_ids=docs)
+    for _ in range(2):
+        out = attn(q, k, v, decisions=dec, **kw)
+        out.float().square().sum().backward()
+    torch.testing.assert_close(out.float(), want, atol=3e-2, rtol=3e-2)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        attn(q, k, v, decisions=dec, **kw).float().square().sum().backward()
     finally:
         torch.cuda.set_sync_debug_mode(0)
     torch.cuda.synchronize()

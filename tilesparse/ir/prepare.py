@@ -183,7 +183,7 @@ def select_heads(t: Tensor | None, hs: tuple[int, ...], heads: int) -> Tensor | 
     ``heads`` (``t`` itself when ``hs`` is every head; None stays None)."""
     if t is None or len(hs) == heads:
         return t
-    if hs == tuple(range(hs[0], hs[-1] + 1)):
+    if hs and hs == tuple(range(hs[0], hs[-1] + 1)):
         return t[:, hs[0] : hs[-1] + 1]
     return t.index_select(1, head_index(tuple(hs), t.device))
 

@@ -131,7 +131,7 @@ class DeviceErrors:
             self.host.copy_(self.record)
         else:
             self.host.copy_(self.record, non_blocking=True)
-            self.event.record()
+            self.event.record(torch.cuda.current_stream(self.device))
         self.pending = True
 
     def poll(self) -> None:

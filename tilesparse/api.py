@@ -99,6 +99,9 @@ class CompiledAttention:
         self.seed: int | None = None  # op-owned randomness (tilesparse.randomness)
         self.resample = True
         self.program = lower(spec, causal=causal)
+        # whether a registered (not built-in) criterion decides: its ids are checked per call;
+        # computed once, here (dynamo does not trace pydantic's attribute lookups)
+        self._user_criteria = _user_criteria(spec)
         self._plans: dict[tuple, Plan] = {}
         self.stats = PlanStats()
         self._last: tuple[PreparedGroup, ...] = ()  # the last call's index tensors, for explain()
@@ -141,7 +144,7 @@ class CompiledAttention:
         # decisions are not differentiable: no autograd graph over the hashing or the top-k
         if generator is None:
             generator = op_generator(self, inputs.device)
-        on_device = inputs.device.type in decision_errors.DEFERRED_DEVICES and _user_criteria(self.spec)
+        on_device = inputs.device.type in decision_errors.DEFERRED_DEVICES and self._user_criteria
         with torch.no_grad(), decision_errors.caller_checks_ids() if on_device else contextlib.nullcontext():
             dec = self.spec.decide(inputs.q, inputs.k_per_query_head(), generator=generator)
         if not on_device:
@@ -318,7 +321,7 @@ class CompiledAttention:
         names = library.decision_names(self.spec)
         if decisions is None:
             tensors = torch.ops.tilesparse.decide(q, k, self._key) if names else []
-            trusted = not _user_criteria(self.spec)  # a user criterion's ids: checked by the op
+            trusted = not self._user_criteria  # a user criterion's ids: checked by the op
         else:
             tensors = [getattr(decisions, n) for n in names]
             trusted = False

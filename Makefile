@@ -36,11 +36,12 @@ test-transformers: $(STAMP)
 # on a machine with a CUDA GPU: that machine's own python, torch and triton, the
 # kernels compiled (TRITON_INTERPRET=0: tests/conftest.py would default it to the interpreter),
 # one line per test as it finishes. SHARD=1 to 4 runs one part (each meant to fit 10 minutes:
-# the Triton kernels; the CuPy kernels; planner, SDPA and reliability; decoding, padding and
+# the Triton kernels; the CuPy kernels; planner, SDPA, reliability and CUDA graphs; decoding, padding and
 # sequence parallelism, the last needing two GPUs); no SHARD runs them all.
 GPU_SHARD_1 := tests/gpu/test_triton_gpu.py
 GPU_SHARD_2 := tests/gpu/test_cupy_gpu.py
-GPU_SHARD_3 := tests/gpu/test_planner_gpu.py tests/gpu/test_sdpa_gpu.py tests/gpu/test_reliability_gpu.py
+GPU_SHARD_3 := tests/gpu/test_planner_gpu.py tests/gpu/test_sdpa_gpu.py tests/gpu/test_reliability_gpu.py \
+	tests/gpu/test_graph_capture_gpu.py
 GPU_SHARD_4 := tests/gpu/test_decode_gpu.py tests/gpu/test_padding_gpu.py tests/gpu/test_sequence_parallel_gpu.py
 GPU_TESTS := $(if $(SHARD),$(GPU_SHARD_$(SHARD)),tests/gpu)
 test-gpu:

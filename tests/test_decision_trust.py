@@ -1,11 +1,13 @@
 """Decisions edited after ``decide()`` and out-of-range ids: never a crash, never a wrong
 number, whatever ``validate`` says.
 
-Trust (skipping the value checks that read decisions back) holds only while the tensors hold
-what the spec's criteria wrote: an in-place edit ends it. With ``validate=False`` the ranges
-are still checked: on the CPU by reading them (no sync to save), on a GPU by a device-side
-assertion (exercised here through ``check_decision_tensor``; CUDA itself in tests/gpu).
-CPU, Triton interpreted.
+Trust (skipping the value checks) holds only while the tensors hold what the spec's criteria
+wrote: an in-place edit ends it. On the CPU a bad id raises in the call, whatever
+``validate`` says (no sync to save). On a GPU, ``validate=True`` checks on the device and
+raises at the next call or from ``tilesparse.check_errors()`` (tests/test_no_host_sync.py
+runs that path on the CPU; tests/gpu/test_graph_capture_gpu.py on CUDA), and
+``validate=False`` uses a device-side assertion (exercised here through
+``check_decision_tensor``; CUDA itself in tests/gpu). CPU, Triton interpreted.
 """
 
 import pytest

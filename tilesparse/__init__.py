@@ -24,6 +24,7 @@ from .patterns import (
     parse_spec,
     registered,
 )
+from .patterns.decision_errors import check_errors
 from .planner import NoBackendError
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "SparseAttention",
     "Spec",
     "TopKFeatures",
+    "check_errors",
     "compile",
     "criterion",
     "parse_spec",

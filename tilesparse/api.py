@@ -11,6 +11,7 @@ traces a call (``torch.compile``), the call becomes the custom ops of ``tilespar
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -24,11 +25,13 @@ from .decide import DeferredHash, lsh_part, make_decisions
 from .execute import Decide, execute, with_dense_heads
 from .inference import KVCache, attend_cached
 from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, check_scale, check_tensor_args, dense_mask, lower, tile_stats
-from .patterns import Decisions, SpecBase, check_decisions, parse_spec
+from .patterns import Decisions, SpecBase, check_decisions, decision_errors, parse_spec
+from .patterns.criteria import get_criterion
+from .patterns.decision_errors import DeviceErrors, check_on_device, poisoned, rows_for
 from .patterns.specs import TopKFeatures
 from .planner import Plan, make_plan
 from .randomness import check_seed, op_generator
-from .sdpa_call import parse_sdpa_call, reference_mask_mod, run_sdpa_call
+from .sdpa_call import document_range, parse_sdpa_call, reference_mask_mod, run_sdpa_call
 
 __all__ = ["CompiledAttention", "PlanStats", "compile"]
 
@@ -56,10 +59,13 @@ def compile(  # noqa: A001 - the library's verb, as in torch.compile
 
     ``causal`` adds j <= i; ``scale`` defaults to 1/sqrt(D); ``backend`` is "auto" or a
     registered name ("reference", "executor", "sdpa", "triton"), checked here. Given decisions
-    have their ids checked before any index is built: ``validate=True`` reads them back (one
-    device sync per call on a GPU; skipped for ``decide()``'s own decisions while their tensors
-    are unchanged); ``validate=False`` checks them on the GPU with a device-side assertion
-    instead (no sync), and on the CPU as ``True`` does. ``seed``/``resample``: the op's own
+    have their ids checked before any index is built (skipped for ``decide()``'s own decisions
+    while their tensors are unchanged), never with a device sync: on the CPU a bad id raises a
+    ValueError in the call; on a GPU ``validate=True`` checks them on the device, clamps them
+    for the index build, returns NaN from the call that met a bad id and raises the ValueError
+    at the op's next call or from :func:`tilesparse.check_errors`
+    (:mod:`tilesparse.patterns.decision_errors`); ``validate=False`` checks them there with a
+    device-side assertion instead (which ends the CUDA context). ``seed``/``resample``: the op's own
     randomness (:mod:`tilesparse.randomness`; default: torch's global generator, fresh draws
     per call).
     """
@@ -89,6 +95,9 @@ class CompiledAttention:
         self.seed: int | None = None  # op-owned randomness (tilesparse.randomness)
         self.resample = True
         self.program = lower(spec, causal=causal)
+        # whether a registered (not built-in) criterion decides: its ids are checked per call;
+        # computed once, here (dynamo does not trace pydantic's attribute lookups)
+        self._user_criteria = _user_criteria(spec)
         self._plans: dict[tuple, Plan] = {}
         self.stats = PlanStats()
         self._last: tuple[PreparedGroup, ...] = ()  # the last call's index tensors, for explain()
@@ -97,9 +106,10 @@ class CompiledAttention:
     def __getstate__(self) -> dict:
         """Pickle, deepcopy and torch.save carry the spec and options, not the process-local
         parts: the plan cache, the last call's index tensors, the custom ops' registry key, the
-        padded variants and the op's generators (a copy reseeds from ``seed``)."""
+        padded variants, the op's generators (a copy reseeds from ``seed``) and its device-side
+        error records."""
         state = dict(self.__dict__)
-        for name in ("_plans", "_last", "_key", "_variants", "_generators"):
+        for name in ("_plans", "_last", "_key", "_variants", "_generators", "_errors"):
             state.pop(name, None)
         return state
 
@@ -123,38 +133,56 @@ class CompiledAttention:
         _check_generator(generator)
         return self._decide(inputs, generator)[0]
 
-    def _decide(self, inputs: AttentionInputs, generator, fused=None) -> tuple[Decisions, DeferredHash | None]:
-        """The spec's decisions (``tilesparse.decide``); ``fused``: the builder whose index
-        build may hash the lsh buckets."""
+    def _decide(
+        self, inputs: AttentionInputs, generator, fused=None, poison: list | None = None
+    ) -> tuple[Decisions, DeferredHash | None]:
+        """The spec's decisions (``tilesparse.decide``), trusted; ``fused``: the builder whose
+        index build may hash the lsh buckets. On a GPU a user criterion's ids are not read back
+        (criteria.py): a call (``poison`` given) checks them here on the device, adding its
+        poison to ``poison``; otherwise they come back untrusted, for the call that runs them."""
         # decisions are not differentiable: no autograd graph over the hashing or the top-k
         if generator is None:
             generator = op_generator(self, inputs.device)
-        with torch.no_grad():
+        on_device = inputs.device.type in decision_errors.DEFERRED_DEVICES and self._user_criteria
+        with torch.no_grad(), decision_errors.caller_checks_ids() if on_device else contextlib.nullcontext():
             dec, deferred = make_decisions(self.spec, inputs, generator, fused=fused)
-        return dec.trusted(self.spec), deferred
+        if not on_device:
+            return dec.trusted(self.spec), deferred
+        return (dec if poison is None else self._check_on_device(dec, inputs, poison)), deferred
 
-    def _decide_step(self, inputs: AttentionInputs, decisions: Decisions | None, generator) -> Decide:
+    def _decide_step(
+        self, inputs: AttentionInputs, decisions: Decisions | None, generator, poison: list | None = None
+    ) -> Decide:
         """The plan's decide step: the op's own decisions, or the given ones checked."""
         if decisions is None:
-            return lambda fused: self._decide(inputs, generator, fused)
-        return lambda fused: (self._decisions(inputs, decisions, generator), None)
+            return lambda fused: self._decide(inputs, generator, fused, poison)
+        return lambda fused: (self._decisions(inputs, decisions, generator, poison=poison), None)
 
     def _check_spec_fits(self, inputs: AttentionInputs) -> None:
-        self.spec.dense_heads_mask(inputs.heads)  # raises on out-of-range heads
+        if bad := [h for h in getattr(self.spec, "dense_heads", ()) if h >= inputs.heads]:  # no tensor per call
+            raise ValueError(f"PerHead.dense_heads {bad} out of range for {inputs.heads} query heads")
         for part in self.spec.decision_parts():  # PerHead's rest and a Hybrid's parts, nested too
             if isinstance(part, TopKFeatures) and part.k > inputs.head_dim:
                 raise ValueError(f"TopKFeatures.k={part.k} exceeds the head dim D={inputs.head_dim}")
 
-    def _decisions(self, inputs: AttentionInputs, decisions: Decisions | None, generator) -> Decisions:
+    def _decisions(
+        self, inputs: AttentionInputs, decisions: Decisions | None, generator, *, host: bool = False,
+        poison: list | None = None,
+    ) -> Decisions:
+        """The call's decisions, made or given and checked; ``poison`` collects the call's poison
+        (:mod:`tilesparse.patterns.decision_errors`) when ids were checked on the device."""
+        poison = [] if poison is None else poison
         if decisions is None:
-            return self._decide(inputs, generator)[0]
+            return self._decide(inputs, generator, poison=poison)[0]
         if not isinstance(decisions, Decisions):
             raise TypeError(f"decisions must be a tilesparse.Decisions (attn.decide(q, k) makes one), got {type(decisions).__name__}")
         # value checks: skipped only for decisions this spec's criteria made whose tensors are
-        # unchanged since; read back when validate=True or on the CPU (no sync to save there);
-        # on a GPU with validate=False checked by a device-side assertion (no sync)
+        # unchanged since; on the CPU read back (no sync to save there); on a GPU with
+        # validate=True on the device, clamped and reported later (decision_errors), with
+        # validate=False by a device-side assertion; ``host`` forces the read-back
         checked = not decisions.trusted_for(self.spec)
-        host = checked and (self.validate or inputs.device.type != "cuda")
+        deferred = checked and self.validate and not host and inputs.device.type in decision_errors.DEFERRED_DEVICES
+        host = checked and not deferred and (self.validate or inputs.device.type != "cuda")
         check_decisions(
             decisions,
             needed=self.spec.decision_fields,
@@ -167,9 +195,35 @@ class CompiledAttention:
             buckets=_buckets(self.spec),
             support_k=_support_k(self.spec),
             values=host,
-            device_values=checked and not host,
+            device_values=checked and not host and not deferred,
         )
-        return decisions
+        return self._check_on_device(decisions, inputs, poison) if deferred else decisions
+
+    def _check_on_device(self, decisions: Decisions, inputs: AttentionInputs, poison: list) -> Decisions:
+        """The decisions with their ids clamped, checked into the op's error record on the
+        device, marked trusted; the call's poison (NaN when an id is out of range) goes to
+        ``poison``."""
+        rows = rows_for(decisions, buckets=_buckets(self.spec), head_dim=inputs.head_dim)
+        if not rows:
+            return decisions.trusted(self.spec)
+        fields, call_poison = check_on_device(dict(decisions.items()), rows, self._error_record(inputs.device, rows))
+        poison.append(call_poison)
+        return Decisions(**fields).trusted(self.spec)
+
+    def _error_record(self, device: torch.device, rows: tuple) -> DeviceErrors:
+        """The op's device-side error record for these checks on ``device`` (made once)."""
+        records = self.__dict__.setdefault("_errors", {})
+        errors = records.get((device, rows))
+        if errors is None:
+            errors = records[(device, rows)] = DeviceErrors(repr(self), rows, device)
+        return errors
+
+    def _poll_errors(self, device: torch.device) -> None:
+        """Raise an error an earlier call's device-side checks recorded, if its copy has
+        reached the host (no wait)."""
+        for errors in self.__dict__.get("_errors", {}).values():
+            if errors.device == device:
+                errors.poll()
 
     # -- running ----------------------------------------------------------------------------
 
@@ -214,6 +268,7 @@ class CompiledAttention:
         return_lse: bool = False,
         key_padding_mask: Tensor | None = None,
         document_ids: Tensor | None = None,
+        max_documents: int | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attention of q (B, H, Tq, D) over k, v (B, Hkv, Tk, D) under the pattern, Tq <= Tk:
         query i sits at absolute position Tk - Tq + i (bottom-right, as FlashAttention).
@@ -224,14 +279,16 @@ class CompiledAttention:
         appended, then q attends to every cached token (decisions, if given, are the new
         tokens' own: (B, H, n) each side). SDPA's keywords (``attn_mask`` as key padding,
         ``dropout_p=0``, ``is_causal``, ``scale``, ``enable_gqa``), ``key_padding_mask``/
-        ``document_ids`` (exact predicates ANDed with the pattern) and ``return_lse`` are
-        described in :mod:`tilesparse.sdpa_call`.
+        ``document_ids`` (exact predicates ANDed with the pattern; ``max_documents`` bounds the
+        ids so that none is read back) and ``return_lse`` are described in
+        :mod:`tilesparse.sdpa_call`.
         """
         check_tensor_args(q, k, v)
         _check_generator(generator)
         call = parse_sdpa_call(
             q, k, causal=self.causal, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
             enable_gqa=enable_gqa, return_lse=return_lse, key_padding_mask=key_padding_mask, document_ids=document_ids,
+            max_documents=max_documents,
         )  # fmt: skip
         if cache is not None:
             if not call.plain:
@@ -257,10 +314,12 @@ class CompiledAttention:
         """The call outside dynamo (and inside the custom op): the plan's steps, executed."""
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
+        self._poll_errors(inputs.device)
         plan = self._plan(inputs, decides=decisions is None)
-        ex = execute(plan, inputs, self._decide_step(inputs, decisions, generator))
+        poison: list = []  # NaN where the call's ids, checked on the device, are out of range
+        ex = execute(plan, inputs, self._decide_step(inputs, decisions, generator, poison))
         self._last = tuple(g for g in ex.prepared if g is not None)
-        return ex.out
+        return poisoned(ex.out, poison[0] if poison else None)
 
     def _traced(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None) -> Tensor:
         """The call as custom ops, for dynamo: decisions (made by the decide op unless given),
@@ -268,7 +327,7 @@ class CompiledAttention:
         names = library.decision_names(self.spec)
         if decisions is None:
             tensors = torch.ops.tilesparse.decide(q, k, self._key) if names else []
-            trusted = True
+            trusted = not self._user_criteria  # a user criterion's ids: checked by the op
         else:
             tensors = [getattr(decisions, n) for n in names]
             trusted = False
@@ -335,9 +394,11 @@ class CompiledAttention:
                 f"reference needs decisions= for {self.spec}: it compares against given decisions "
                 "(attn.decide(q, k) makes them)"
             )
-        dec = self._decisions(inputs, decisions or Decisions(), None)
+        dec = self._decisions(inputs, decisions or Decisions(), None, host=True)
         mask = dense_mask(self.spec, dec, causal=self.causal, inputs=inputs)
         call = parse_sdpa_call(q, k, causal=self.causal, key_padding_mask=key_padding_mask, document_ids=document_ids)
+        if call.document_ids is not None:
+            document_range(call.document_ids)  # a negative id is an error
         extra = reference_mask_mod(call.key_padding_mask, call.document_ids, inputs.q_len)
         if extra is not None:  # key padding and documents AND with the pattern (sdpa_call's meaning)
             keep = _index_mask(extra, inputs)
@@ -406,6 +467,11 @@ def _index_mask(mod, inputs: AttentionInputs) -> Tensor:
     B, H, Tq, Tk, dev = inputs.batch, inputs.heads, inputs.q_len, inputs.k_len, inputs.device
     b, h, i, j = (torch.arange(n, device=dev) for n in (B, H, Tq, Tk))
     return mod(b.view(B, 1, 1, 1), h.view(1, H, 1, 1), i.view(1, 1, Tq, 1), j.view(1, 1, 1, Tk)).expand(B, H, Tq, Tk)
+
+
+def _user_criteria(spec: SpecBase) -> bool:
+    """Whether a part of ``spec`` decides with a registered (not built-in) criterion."""
+    return any(hasattr(p, "criterion") and not get_criterion(p.criterion).builtin for p in spec.decision_parts())
 
 
 def _buckets(spec: SpecBase) -> int | None:

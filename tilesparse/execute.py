@@ -20,6 +20,7 @@ from torch import Tensor
 from .backends import IndexBuilder
 from .decide import DeferredHash
 from .ir import AttentionInputs, PreparedGroup
+from .ir.prepare import head_index
 from .patterns import Decisions
 from .planner import Plan, Step
 from .planner.plan import STEP_KINDS
@@ -95,7 +96,7 @@ def _attend(plan, step: Step, inputs, ex: Execution, decide: Decide) -> None:
 def _merge(plan, step: Step, inputs, ex: Execution, decide: Decide) -> None:
     out = inputs.q.new_empty(inputs.q.shape)
     for a, o in zip(plan.assignments, ex.outputs, strict=True):
-        out[:, list(a.heads)] = o
+        out.index_copy_(1, head_index(a.heads, out.device), o)  # a cached index: no upload per call
     ex.out = out
 
 
@@ -110,8 +111,8 @@ def with_dense_heads(dec: Decisions, heads: tuple[int, ...]) -> Decisions:
     fields = {}
     for name, t in dec.items():
         if t is not None and name.endswith(("_keep", "_bucket")):
-            t = t.clone()
-            t[:, list(heads)] = name.endswith("_keep")  # True for keep, 0 for bucket
+            # True for keep, 0 for bucket; a cached device index, not a list uploaded per call
+            t = t.index_fill(1, head_index(heads, t.device), name.endswith("_keep"))
         fields[name] = t
     return Decisions(**fields).trusted(None)
 

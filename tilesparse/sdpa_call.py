@@ -13,7 +13,10 @@ that runs them.
   refused;
 - ``dropout_p``: 0.0 only (attention dropout is not implemented);
 - ``key_padding_mask`` (B, Tk) bool and ``document_ids`` (B, Tk) ints: the exact predicates of
-  :mod:`tilesparse.patterns.padding`;
+  :mod:`tilesparse.patterns.padding`; ``max_documents`` (an int) promises ids in
+  [0, max_documents), so the number of documents is known without reading the ids back (no
+  device sync; the ids are then checked on the device, as given decisions are); without it
+  the call reads their range back (one sync);
 - ``return_lse``: also return the log-sum-exp of each query row's kept scores (natural log,
   scores scaled, (B, H, Tq) float32, ``-inf`` for a row with no kept key), as flash-attn and
   FlexAttention do. It is computed by a chunked exact pass over the same mask and decisions
@@ -32,7 +35,9 @@ import torch
 from torch import Tensor
 
 from .ir import check_inputs
-from .patterns.padding import document_count, padded_decisions, padding_mask_mod, with_padding
+from .patterns import decision_errors
+from .patterns.decision_errors import poisoned
+from .patterns.padding import document_count_of, padded_decisions, padding_mask_mod, with_padding
 
 __all__ = ["SdpaCall", "parse_sdpa_call", "row_logsumexp", "run_sdpa_call"]
 
@@ -47,6 +52,7 @@ class SdpaCall:
     key_padding_mask: Tensor | None = None
     document_ids: Tensor | None = None
     return_lse: bool = False
+    max_documents: int | None = None
 
     @property
     def plain(self) -> bool:
@@ -70,11 +76,13 @@ def parse_sdpa_call(
     return_lse: bool = False,
     key_padding_mask: Tensor | None = None,
     document_ids: Tensor | None = None,
+    max_documents: int | None = None,
 ) -> SdpaCall:
     """Check the keyword arguments against q (B, H, Tq, D), k (B, Hkv, Tk, D) and the compiled
     causality; every error names the argument, the value and what is accepted."""
     if (attn_mask is None and key_padding_mask is None and document_ids is None and is_causal is None
-            and scale is None and enable_gqa is None and return_lse is False and dropout_p == 0.0):  # fmt: skip
+            and scale is None and enable_gqa is None and return_lse is False and dropout_p == 0.0
+            and max_documents is None):  # fmt: skip
         return PLAIN  # the common call: nothing to check (and nothing for dynamo to trace)
     if is_causal is not None and bool(is_causal) != causal:
         raise ValueError(
@@ -104,9 +112,15 @@ def parse_sdpa_call(
         key_padding_mask = _key_padding_from_attn_mask(attn_mask, B, Tk)
     if key_padding_mask is not None:
         key_padding_mask = _check_key_padding(key_padding_mask, B, Tk, q.device)
+    if max_documents is not None:
+        if isinstance(max_documents, bool) or not isinstance(max_documents, int) or max_documents < 1:
+            raise ValueError(f"max_documents must be an int >= 1 or None, got {max_documents!r}")
+        if document_ids is None:
+            raise ValueError("max_documents= bounds document_ids=; pass document_ids too, or neither")
     if document_ids is not None:
         document_ids = _check_documents(document_ids, B, Tk, q.device)
-    return SdpaCall(scale=scale, key_padding_mask=key_padding_mask, document_ids=document_ids, return_lse=return_lse)
+    return SdpaCall(scale=scale, key_padding_mask=key_padding_mask, document_ids=document_ids, return_lse=return_lse,
+                    max_documents=max_documents)  # fmt: skip
 
 
 def _key_padding_from_attn_mask(mask: object, B: int, Tk: int) -> Tensor:
@@ -153,23 +167,55 @@ def _check_documents(ids: object, B: int, Tk: int, device: torch.device) -> Tens
         raise ValueError(f"document_ids must have shape (B={B}, Tk={Tk}), got {tuple(ids.shape)}")
     if ids.device != device:
         raise ValueError(f"document_ids is on {ids.device}, the inputs are on {device}")
-    if ids.numel() and int(ids.min()) < 0:
-        raise ValueError(f"document_ids must be >= 0, got min {int(ids.min())}")
     return ids
+
+
+def document_range(ids: Tensor) -> tuple[int, int]:
+    """(min, max) of the document ids, read back in one go (one device sync); a negative id is
+    an error."""
+    lo, hi = (int(x) for x in torch.stack(torch.aminmax(ids)).tolist()) if ids.numel() else (0, 0)
+    if lo < 0:
+        raise ValueError(f"document_ids must be >= 0, got min {lo}")
+    return lo, hi
+
+
+def _documents(attn, call: SdpaCall, inputs) -> tuple[Tensor | None, int, Tensor | None]:
+    """The call's document ids, how many documents to reserve ids for, and a poison.
+
+    With ``max_documents`` nothing is read back: on the GPU the ids are checked on the device
+    (clamped into [0, max_documents), NaN output and a deferred error, as decisions are:
+    :mod:`tilesparse.patterns.decision_errors`), on the CPU at once. Without it the ids' range
+    is read back (one device sync a call)."""
+    docs = call.document_ids
+    if docs is None:
+        return None, 1, None
+    if call.max_documents is None:
+        return docs, document_count_of(document_range(docs)[1]), None
+    n = call.max_documents
+    if inputs.device.type not in decision_errors.DEFERRED_DEVICES:
+        lo, hi = document_range(docs)
+        if hi >= n:
+            raise ValueError(f"document_ids values must lie in [0, {n}) (max_documents={n}), got [{lo}, {hi}]")
+        return docs, document_count_of(n - 1), None
+    rows = (decision_errors.Row("document_ids", "range", n),)
+    errors = attn._error_record(inputs.device, rows)
+    fields, poison = decision_errors.check_on_device({"document_ids": docs}, rows, errors)
+    return fields["document_ids"], document_count_of(n - 1), poison
 
 
 def run_sdpa_call(attn, q: Tensor, k: Tensor, v: Tensor, call: SdpaCall, decisions, generator):
     """``attn(q, k, v)`` under ``call``: the output, and (out, lse) when ``call.return_lse``."""
-
-
     scale = call.scale if call.scale is not None else attn.scale
     inputs = check_inputs(q, k, v, scale=scale)
     attn._check_spec_fits(inputs)
-    pad, docs = call.key_padding_mask, call.document_ids
-    documents = document_count(docs) if docs is not None else 1
+    attn._poll_errors(inputs.device)
+    pad = call.key_padding_mask
+    docs, documents, doc_poison = _documents(attn, call, inputs)
     spec = with_padding(attn.spec, key_padding=pad is not None, documents=documents)
     op = _variant(attn, spec, scale)
-    dec = attn._decisions(inputs, decisions, generator)
+    poisons: list = []  # NaN where ids checked on the device are out of range (decision_errors)
+    dec = attn._decisions(inputs, decisions, generator, poison=poisons)
+    poison = poisons[0] if poisons else None
     if pad is not None or documents > 1:
         dec = padded_decisions(
             attn.spec, spec, dec, key_padding_mask=pad, document_ids=docs, documents=documents,
@@ -177,10 +223,11 @@ def run_sdpa_call(attn, q: Tensor, k: Tensor, v: Tensor, call: SdpaCall, decisio
         ).trusted(spec)  # fmt: skip
     elif not dec.present():
         dec = None
-    out = op(q, k, v, decisions=dec)
+    with decision_errors.no_polls():  # polled above: this call's own errors come next call
+        out = poisoned(poisoned(op(q, k, v, decisions=dec), poison), doc_poison)
     if not call.return_lse:
         return out
-    return out, _lse(op, inputs, dec)
+    return out, poisoned(poisoned(_lse(op, inputs, dec), poison), doc_poison)  # NaN with the output
 
 
 def _variant(attn, spec, scale: float | None):

@@ -1,6 +1,7 @@
-"""Nothing silently wrong, on the GPU: out-of-range decision ids stop before any index build
-(a ValueError with validate=True; a device-side assertion with validate=False, in a child
-process since it ends the CUDA context), a poisoned key no query attends reaches no output or
+"""Nothing silently wrong, on the GPU: out-of-range decision ids never reach an index build
+(validate=True: clamped, the call's output NaN, a ValueError at the op's next call or from
+tilesparse.check_errors(); validate=False: a device-side assertion, in a child process since
+it ends the CUDA context), a poisoned key no query attends reaches no output or
 gradient of the reference on CUDA (the Triton and CuPy kernels do not contain it yet), CuPy's
 backward refuses a second derivative, and a bucket count Triton's index build cannot sort goes
 to another backend, exactly.
@@ -35,8 +36,9 @@ def test_an_id_edited_after_decide_is_refused(backend):
     dec = attn.decide(q, k)
     attn(q, k, v, decisions=dec)
     dec.k_bucket[0, 1, 7] = 1000
+    assert attn(q, k, v, decisions=dec).isnan().all()  # checked on the device, reported later
     with pytest.raises(ValueError, match=r"decisions\.k_bucket values must lie in \[0, 4\)"):
-        attn(q, k, v, decisions=dec)
+        ts.check_errors()
 
 
 def test_validate_false_stops_an_out_of_range_id_on_the_device():

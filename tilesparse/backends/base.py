@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ..ir import AttentionInputs, HeadGroup, PreparedGroup
+from ..ir.prepare import head_index
 
 __all__ = ["REGISTRY", "Backend", "register", "select_heads"]
 
@@ -108,4 +109,4 @@ def select_heads(t: Tensor, heads: tuple[int, ...], total: int) -> Tensor:
         return t
     if heads and heads == tuple(range(heads[0], heads[-1] + 1)):
         return t[:, heads[0] : heads[-1] + 1]
-    return t[:, list(heads)]
+    return t.index_select(1, head_index(tuple(heads), t.device))

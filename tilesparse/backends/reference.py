@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from ..ir import AttentionInputs, DotScore, PreparedGroup, to_dense
+from ..ir.prepare import head_index
 from .base import Backend, register, select_heads
 
 __all__ = ["ReferenceBackend", "feature_mask", "kv_for_heads", "masked_attention"]
@@ -90,7 +91,8 @@ def kv_for_heads(inputs: AttentionInputs, heads: tuple[int, ...]) -> tuple[Tenso
     kv = tuple(h // inputs.group for h in heads)
     if inputs.group == 1:  # one kv head per query head: a view for a run of heads
         return select_heads(inputs.k, kv, inputs.kv_heads), select_heads(inputs.v, kv, inputs.kv_heads)
-    return inputs.k[:, list(kv)], inputs.v[:, list(kv)]
+    index = head_index(kv, inputs.device)
+    return inputs.k.index_select(1, index), inputs.v.index_select(1, index)
 
 
 register(ReferenceBackend())

@@ -44,6 +44,7 @@ __all__ = [
     "Prepared",
     "PreparedGroup",
     "assemble_group",
+    "head_index",
     "head_map",
     "max_segments",
     "prepare",
@@ -182,7 +183,9 @@ def select_heads(t: Tensor | None, hs: tuple[int, ...], heads: int) -> Tensor | 
     ``heads`` (``t`` itself when ``hs`` is every head; None stays None)."""
     if t is None or len(hs) == heads:
         return t
-    return t[:, list(hs)]
+    if hs and hs == tuple(range(hs[0], hs[-1] + 1)):
+        return t[:, hs[0] : hs[-1] + 1]
+    return t.index_select(1, head_index(tuple(hs), t.device))
 
 
 def prepare_group(
@@ -263,6 +266,14 @@ def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_sid
 def head_map(heads: tuple[int, ...], device: torch.device) -> Tensor:
     """The group's query heads as an int32 device tensor (cached: one upload per group)."""
     return torch.tensor(heads, dtype=torch.int32, device=device)
+
+
+@functools.lru_cache(maxsize=64)
+def head_index(heads: tuple[int, ...], device: torch.device) -> Tensor:
+    """``heads`` as an int64 index tensor on ``device`` (cached: one upload, at the first call;
+    indexing with a Python list would upload it on every call, a copy that waits for the
+    host and that a CUDA graph cannot capture)."""
+    return torch.tensor(heads, dtype=torch.int64, device=torch.device(device))
 
 
 def _big(T: int, buckets: int) -> int:

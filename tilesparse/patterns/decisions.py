@@ -120,9 +120,11 @@ def check_decisions(
     ``q_len`` tokens, key-side ones ``k_len``); raise naming the field.
 
     ``values`` also checks value ranges (bucket ids, feature ids), which reads them back: a
-    device sync on GPU. ``device_values`` (when ``values`` is off) checks the ranges on the
-    device instead, without a sync: an out-of-range id then stops the stream with a
-    device-side assertion before any index computation reads it.
+    device sync on GPU (the CPU's check). ``device_values`` (when ``values`` is off) checks the
+    ranges on the device instead, without a sync: an out-of-range id then stops the stream with
+    a device-side assertion before any index computation reads it (``validate=False`` on a
+    GPU). ``validate=True`` on a GPU checks neither here: the caller clamps and records the ids
+    on the device (:mod:`tilesparse.patterns.decision_errors`).
     """
     if not isinstance(dec, Decisions):
         raise TypeError(f"decisions must be a tilesparse.Decisions, got {type(dec).__name__}")

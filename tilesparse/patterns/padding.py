@@ -22,13 +22,22 @@ states that meaning independently, for the reference.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
 from .decisions import Decisions
 from .specs import Dense, Hash, Hybrid, MaskMod, PerHead, QKDrop, TopKFeatures, _Spec
 
-__all__ = ["MAX_COMBINED_BUCKETS", "document_count", "padded_decisions", "padding_mask_mod", "with_padding"]
+__all__ = [
+    "MAX_COMBINED_BUCKETS",
+    "document_count",
+    "document_count_of",
+    "padded_decisions",
+    "padding_mask_mod",
+    "with_padding",
+]
 
 MAX_COMBINED_BUCKETS = 65536  # Hash's bucket limit: buckets * documents must fit
 
@@ -36,8 +45,13 @@ MAX_COMBINED_BUCKETS = 65536  # Hash's bucket limit: buckets * documents must fi
 def document_count(document_ids: Tensor) -> int:
     """Documents to reserve ids for: max id + 1 rounded up to a power of two (so a stream of
     packed batches reuses a few compiled variants). Reads the ids back (one device sync)."""
-    n = int(document_ids.max()) + 1 if document_ids.numel() else 1
-    return 1 << max(0, n - 1).bit_length()
+    return document_count_of(int(document_ids.max()) if document_ids.numel() else 0)
+
+
+def document_count_of(max_id: int) -> int:
+    """Documents to reserve ids for when the largest id is ``max_id``: max_id + 1 rounded up to
+    a power of two."""
+    return 1 << max(0, max_id).bit_length()
 
 
 def with_padding(spec: _Spec, *, key_padding: bool, documents: int) -> _Spec:
@@ -102,14 +116,13 @@ def padded_decisions(
     """``dec`` (the decisions of ``spec``) turned into decisions of ``padded`` =
     ``with_padding(spec, ...)``, for ``heads`` query heads and ``q_len`` queries."""
     fields = dict(dec.items())
-    dense = spec.dense_heads_mask(heads) if isinstance(spec, PerHead) else None
-    if dense is not None and dense.any():  # dense heads: every token kept, one bucket
-        dense = dense.to(_device(dec, key_padding_mask, document_ids))
+    if isinstance(spec, PerHead) and spec.dense_heads:  # dense heads: every token kept, one bucket
+        dense = tuple(sorted(spec.dense_heads))
         for name, t in fields.items():
             if t is not None and name.endswith(("_keep", "_bucket")):
-                fill = True if name.endswith("_keep") else 0
-                fill_t = torch.as_tensor(fill, dtype=t.dtype, device=t.device)
-                fields[name] = torch.where(dense.view(1, -1, 1), fill_t, t)
+                # an index on the device, made once: a list or mask uploaded per call would wait
+                index = _head_index(dense, t.device)
+                fields[name] = t.index_fill(1, index, name.endswith("_keep"))
     need = padded.decision_fields
     like = document_ids if document_ids is not None else key_padding_mask
     B, Tk = like.shape
@@ -130,15 +143,9 @@ def padded_decisions(
     return Decisions(**{n: t for n, t in fields.items() if n in need})
 
 
-def _device(*ts) -> torch.device:
-    for t in ts:
-        if isinstance(t, Decisions):
-            for _, x in t.items():
-                if x is not None:
-                    return x.device
-        elif t is not None:
-            return t.device
-    return torch.device("cpu")
+@functools.lru_cache(maxsize=64)
+def _head_index(heads: tuple[int, ...], device: torch.device) -> Tensor:
+    return torch.tensor(heads, dtype=torch.int64, device=device)
 
 
 def padding_mask_mod(key_padding_mask: Tensor | None, document_ids: Tensor | None, q_len: int) -> MaskMod | None:

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ...ir import AttentionInputs, DotScore, HeadGroup, PreparedGroup
+from ...ir.prepare import head_index
 from ..base import Backend, register
 from ..builder import register_builder
 from ..reference import feature_mask
@@ -71,13 +72,11 @@ def _last_dim_contiguous(t: Tensor) -> Tensor:
 
 def _sparsify(q: Tensor, k: Tensor, g: PreparedGroup, inputs: AttentionInputs) -> tuple[Tensor, Tensor]:
     """q~ and k~ (per query head) with the unkept features zeroed; other heads pass as they are."""
-    heads = list(g.heads)
+    heads = head_index(g.heads, q.device)  # a cached device index: no upload per call
     D = inputs.head_dim
-    fq = torch.ones_like(q)
-    fq[:, heads] = feature_mask(g.q_support, D, q.dtype)
+    fq = torch.ones_like(q).index_copy_(1, heads, feature_mask(g.q_support, D, q.dtype))
     k_per_head = k.repeat_interleave(inputs.group, dim=1) if inputs.group > 1 else k
-    fk = torch.ones_like(k_per_head)
-    fk[:, heads] = feature_mask(g.k_support, D, k.dtype)
+    fk = torch.ones_like(k_per_head).index_copy_(1, heads, feature_mask(g.k_support, D, k.dtype))
     return q * fq, k_per_head * fk
 
 

@@ -1,0 +1,245 @@
+"""Value checks of given decisions on the GPU, without a host synchronization.
+
+On the CPU a bad id in given decisions raises a ``ValueError`` at once, in the call (reading
+the ids costs nothing there). On CUDA with ``validate=True`` (the default) reading them back
+would stop the host once per call, and a CUDA graph could not capture the call, so there:
+
+- the ids are checked by device ops: per field the smallest and largest id, and for feature
+  supports whether a token repeats a feature id;
+- the index build reads the ids *clamped* into their range, so an out-of-range id never
+  becomes an out-of-bounds access;
+- a call whose ids are out of range (or repeat a feature id) returns an output of NaN, and
+  NaN flows into the gradient that reaches that output in the backward pass, so it never
+  returns plausible wrong numbers;
+- the op's error record (one small int64 tensor per op and device) keeps the range of the
+  ids given since the last report; a copy of it travels to pinned host memory behind the
+  call's work, without a wait;
+- the error is raised as a ``ValueError`` that names the field, the expected range and the
+  range given (the same message as on the CPU): at the op's next call once that copy has
+  landed (polled, never waited for), or at once by :func:`check_errors`, which synchronizes.
+
+Inside a CUDA graph capture nothing is copied or polled: replays update the record on the
+device, and :func:`check_errors` after a replay reports. The record and the host copy are
+allocated at the op's first checked call: warm up before capturing (CUDA graphs need that
+anyway). ``validate=False`` keeps its device-side assertion (``torch._assert_async``): no
+clamp, no NaN, but an out-of-range id ends the CUDA context instead of reaching a kernel.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .decisions import Decisions
+
+__all__ = [
+    "DEFERRED_DEVICES",
+    "DeviceErrors",
+    "Row",
+    "caller_checks_ids",
+    "check_errors",
+    "check_on_device",
+    "ids_checked_by_caller",
+    "no_polls",
+    "poisoned",
+    "rows_for",
+]
+
+# device types whose validate=True checks run on the device (the CPU raises at once; tests
+# add "cpu" to run the device path where it can be counted)
+DEFERRED_DEVICES: frozenset[str] = frozenset({"cuda"})
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+_CALLER_CHECKS: ContextVar[bool] = ContextVar("tilesparse_caller_checks_ids", default=False)
+_NO_POLLS: ContextVar[bool] = ContextVar("tilesparse_no_polls", default=False)
+_INT64_MAX = torch.iinfo(torch.int64).max
+_INT64_MIN = torch.iinfo(torch.int64).min
+
+
+@dataclass(frozen=True)
+class Row:
+    """One checked property of one field: ``"range"`` (ids in [0, bound)) or ``"distinct"``
+    (no feature id twice in a token's support)."""
+
+    field: str
+    kind: str
+    bound: int
+
+    @property
+    def label(self) -> str:
+        return self.field if self.field == "document_ids" else f"decisions.{self.field}"
+
+    def message(self, lo: int, hi: int) -> str:
+        if self.kind == "distinct":
+            return f"{self.label} repeats a feature id within a token's support"
+        return f"{self.label} values must lie in [0, {self.bound}), got [{lo}, {hi}]"
+
+    def violated(self, lo: int, hi: int) -> bool:
+        return lo <= hi and (lo < 0 or hi >= self.bound)
+
+
+def rows_for(dec: Decisions, *, buckets: int | None, head_dim: int) -> tuple[Row, ...]:
+    """The rows that check ``dec``'s id fields (keeps have no values to check)."""
+    rows = []
+    for name, t in dec.items():
+        if t is None or t.numel() == 0 or name.endswith("_keep"):
+            continue
+        if name.endswith("_bucket"):
+            rows.append(Row(name, "range", buckets))
+        else:
+            rows.append(Row(name, "range", head_dim))
+            if t.shape[-1] > 1:
+                rows.append(Row(name, "distinct", 1))
+    return tuple(rows)
+
+
+class DeviceErrors:
+    """One op's error record on one device: per row the smallest and largest value seen since
+    the last report (int64 (R, 2); a "distinct" row holds 1 where a support repeated an id),
+    and its pinned host copy."""
+
+    def __init__(self, owner: str, rows: tuple[Row, ...], device: torch.device):
+        self.owner, self.rows, self.device = owner, rows, device
+        init = [[_INT64_MAX, _INT64_MIN]] * len(rows)
+        self.init = torch.tensor(init, dtype=torch.int64, device=device)
+        self.record = self.init.clone()
+        self.bounds = torch.tensor([r.bound for r in rows], dtype=torch.int64, device=device)
+        cuda = device.type == "cuda"
+        self.host = torch.empty((len(rows), 2), dtype=torch.int64, pin_memory=cuda)
+        self.event = torch.cuda.Event() if cuda else None
+        self.pending = False
+        _LIVE.add(self)
+
+    def fold(self, ext: Tensor) -> Tensor:
+        """Fold one call's (R, 2) [min, max] into the record; the call's 0-d bool verdict."""
+        torch.minimum(self.record[:, 0], ext[:, 0], out=self.record[:, 0])
+        torch.maximum(self.record[:, 1], ext[:, 1], out=self.record[:, 1])
+        return ((ext[:, 0] < 0) | (ext[:, 1] >= self.bounds)).any()
+
+    def publish(self) -> None:
+        """Start the record's copy to the host behind the work queued so far (no wait); one
+        copy in flight at a time, and none while a CUDA graph is captured."""
+        if self.pending or _capturing(self.device):
+            return
+        if self.event is None:
+            self.host.copy_(self.record)
+        else:
+            self.host.copy_(self.record, non_blocking=True)
+            self.event.record(torch.cuda.current_stream(self.device))
+        self.pending = True
+
+    def poll(self) -> None:
+        """Raise the recorded error if the last copy has landed (never waits)."""
+        if not self.pending or _NO_POLLS.get() or _capturing(self.device):
+            return
+        if self.event is not None and not self.event.query():
+            return
+        self.pending = False
+        self._raise_if_bad(self.host.numpy().tolist())
+
+    def check(self) -> None:
+        """Raise the recorded error, waiting for the device (a synchronization)."""
+        if _capturing(self.device):
+            raise RuntimeError("tilesparse.check_errors() reads the device: call it after the CUDA graph capture")
+        self.pending = False
+        self._raise_if_bad(self.record.to("cpu").numpy().tolist())
+
+    def _raise_if_bad(self, values: list[list[int]]) -> None:
+        bad = [r.message(lo, hi) for r, (lo, hi) in zip(self.rows, values, strict=True) if r.violated(lo, hi)]
+        if not bad:
+            return
+        self.record.copy_(self.init)
+        raise ValueError(
+            f"{'; '.join(bad)} (in a call of {self.owner} on {self.device}; checked on the device: the call "
+            "that met them returned NaN, and the error is raised at the op's next call or by "
+            "tilesparse.check_errors())"
+        )
+
+
+@contextmanager
+def caller_checks_ids() -> Iterator[None]:
+    """Within: criteria called on a device of ``DEFERRED_DEVICES`` leave their ids' value checks
+    to the caller, which checks them on the device (the op's decide step does)."""
+    token = _CALLER_CHECKS.set(True)
+    try:
+        yield
+    finally:
+        _CALLER_CHECKS.reset(token)
+
+
+@contextmanager
+def no_polls() -> Iterator[None]:
+    """Within: no :meth:`DeviceErrors.poll` raises (a call that runs another op inside it, as a
+    padded call runs its sibling, polled at its own start)."""
+    token = _NO_POLLS.set(True)
+    try:
+        yield
+    finally:
+        _NO_POLLS.reset(token)
+
+
+def ids_checked_by_caller(device: torch.device) -> bool:
+    """Whether a criterion's output ids on ``device`` are checked by the caller (see
+    :func:`caller_checks_ids`) rather than read back."""
+    return _CALLER_CHECKS.get() and device.type in DEFERRED_DEVICES
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def check_on_device(
+    tensors: dict[str, Tensor | None], rows: tuple[Row, ...], errors: DeviceErrors
+) -> tuple[dict[str, Tensor | None], Tensor]:
+    """``tensors`` (by field name) with every id clamped into its row's range, checked on the
+    device into ``errors``; and a 0-d float tensor, NaN when this call's ids break a row, else
+    0, to add to the output."""
+    clamped: dict[str, Tensor] = {}
+    los, his = [], []
+    for row in rows:
+        t = tensors[row.field]
+        if row.kind == "range":
+            lo, hi = torch.aminmax(t)
+            clamped[row.field] = t.clamp(0, row.bound - 1)
+        else:
+            s = clamped.get(row.field, t).sort(dim=-1).values
+            lo = hi = (s[..., 1:] == s[..., :-1]).any()
+        los.append(lo)
+        his.append(hi)
+    ext = torch.stack([torch.stack(los), torch.stack(his)], dim=1).to(torch.int64)
+    bad = errors.fold(ext)
+    errors.publish()
+    return {n: clamped.get(n, t) for n, t in tensors.items()}, torch.where(bad, float("nan"), 0.0)
+
+
+def poisoned(out: Tensor, poison: Tensor | None) -> Tensor:
+    """``out`` plus the call's poison (NaN when its ids were out of range), and the same on the
+    way back: the gradient reaching the output is poisoned too (a loss such as ``out.sum()``
+    would otherwise send finite gradients through a NaN output)."""
+    return out if poison is None else _Poison.apply(out, poison)
+
+
+class _Poison(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, out: Tensor, poison: Tensor) -> Tensor:
+        ctx.save_for_backward(poison)
+        return out + poison
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (poison,) = ctx.saved_tensors
+        return grad + poison, None
+
+
+def check_errors() -> None:
+    """Raise the first error recorded on the device by any op's decision checks (CUDA,
+    ``validate=True``) and not yet raised; waits for the device. A no-op when there is none,
+    and on the CPU, where errors are raised in the call."""
+    for errors in list(_LIVE):
+        errors.check()

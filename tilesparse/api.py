@@ -11,7 +11,6 @@ traces a call (``torch.compile``), the call becomes the custom ops of ``tilespar
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -31,7 +30,7 @@ from .patterns.decision_errors import DeviceErrors, check_on_device, poisoned, r
 from .patterns.specs import TopKFeatures
 from .planner import Plan, make_plan
 from .randomness import check_seed, op_generator
-from .sdpa_call import document_range, parse_sdpa_call, reference_mask_mod, run_sdpa_call
+from .sdpa_call import document_range, parse_sdpa_call, polling, reference_mask_mod, run_sdpa_call
 
 __all__ = ["CompiledAttention", "PlanStats", "compile"]
 
@@ -144,8 +143,8 @@ class CompiledAttention:
         if generator is None:
             generator = op_generator(self, inputs.device)
         on_device = inputs.device.type in decision_errors.DEFERRED_DEVICES and self._user_criteria
-        with torch.no_grad(), decision_errors.caller_checks_ids() if on_device else contextlib.nullcontext():
-            dec, deferred = make_decisions(self.spec, inputs, generator, fused=fused)
+        with torch.no_grad():
+            dec, deferred = make_decisions(self.spec, inputs, generator, fused=fused, check_ids=not on_device)
         if not on_device:
             return dec.trusted(self.spec), deferred
         return (dec if poison is None else self._check_on_device(dec, inputs, poison)), deferred
@@ -221,6 +220,8 @@ class CompiledAttention:
     def _poll_errors(self, device: torch.device) -> None:
         """Raise an error an earlier call's device-side checks recorded, if its copy has
         reached the host (no wait)."""
+        if not polling():
+            return
         for errors in self.__dict__.get("_errors", {}).values():
             if errors.device == device:
                 errors.poll()

@@ -41,18 +41,19 @@ def lsh_part(spec: SpecBase) -> Hash | None:
 
 
 def make_decisions(
-    spec: SpecBase, inputs: AttentionInputs, generator, *, fused: IndexBuilder | None = None
+    spec: SpecBase, inputs: AttentionInputs, generator, *, fused: IndexBuilder | None = None, check_ids: bool = True
 ) -> tuple[Decisions, DeferredHash | None]:
     """The spec's decisions on ``inputs``; ``fused`` is the builder whose index build the plan
     lets hash the ``lsh`` buckets (then, when it is the hasher, they come back unfilled with
-    the :class:`DeferredHash` for it)."""
+    the :class:`DeferredHash` for it); ``check_ids=False`` leaves a user criterion's ids to
+    the caller."""
     q, k = inputs.q, inputs.k_per_query_head()
     part = lsh_part(spec)
     hasher = lsh_hasher(inputs, part.buckets) if part is not None else None
     out, deferred = Decisions(), None
     for p in spec.decision_parts():
         if p is not part or hasher is None:
-            out = out.merge(p.decide(q, k, generator=generator))
+            out = out.merge(p.decide(q, k, generator=generator, check_ids=check_ids))
             continue
         B, H, T, D = q.shape
         rotations = lsh_rotation(H, D, p.buckets, q.dtype, q.device, generator).float()

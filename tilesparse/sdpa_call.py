@@ -29,6 +29,9 @@ combined decisions.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -39,7 +42,7 @@ from .patterns import decision_errors
 from .patterns.decision_errors import poisoned
 from .patterns.padding import document_count_of, padded_decisions, padding_mask_mod, with_padding
 
-__all__ = ["SdpaCall", "parse_sdpa_call", "row_logsumexp", "run_sdpa_call"]
+__all__ = ["SdpaCall", "document_range", "parse_sdpa_call", "polling", "row_logsumexp", "run_sdpa_call"]
 
 LSE_CHUNK = 256  # query rows per chunk of the exact log-sum-exp pass
 
@@ -223,7 +226,7 @@ def run_sdpa_call(attn, q: Tensor, k: Tensor, v: Tensor, call: SdpaCall, decisio
         ).trusted(spec)  # fmt: skip
     elif not dec.present():
         dec = None
-    with decision_errors.no_polls():  # polled above: this call's own errors come next call
+    with _no_polls():  # polled above: this call's own errors come next call
         out = poisoned(poisoned(op(q, k, v, decisions=dec), poison), doc_poison)
     if not call.return_lse:
         return out
@@ -297,3 +300,22 @@ def row_logsumexp(
 def reference_mask_mod(call_key_padding: Tensor | None, call_documents: Tensor | None, q_len: int):
     """The predicates' mask function for :meth:`CompiledAttention.reference`."""
     return padding_mask_mod(call_key_padding, call_documents, q_len)
+
+
+# a padded call runs a sibling op inside it, after polling at its own start: the sibling does
+# not poll (its errors and this call's come at the next call)
+_NO_POLLS: ContextVar[bool] = ContextVar("tilesparse_no_polls", default=False)
+
+
+def polling() -> bool:
+    """Whether an op's call polls its device-side error records (not inside a padded call)."""
+    return not _NO_POLLS.get()
+
+
+@contextmanager
+def _no_polls() -> Iterator[None]:
+    token = _NO_POLLS.set(True)
+    try:
+        yield
+    finally:
+        _NO_POLLS.reset(token)

@@ -36,7 +36,6 @@ from typing import Literal, Protocol
 import torch
 from torch import Tensor
 
-from . import decision_errors
 from .decisions import check_decision_tensor
 
 __all__ = [
@@ -72,12 +71,14 @@ class Criterion:
     fn: CriterionFn
     builtin: bool = False
 
-    def __call__(self, q: Tensor, k: Tensor, /, *, generator=None, **fields) -> tuple[Tensor, Tensor]:
+    def __call__(
+        self, q: Tensor, k: Tensor, /, *, generator=None, check_ids: bool = True, **fields
+    ) -> tuple[Tensor, Tensor]:
         out = self.fn(q, k, generator=generator, **fields)
-        # value checks read the tensors back (a device sync): built-ins are correct by test; on
-        # a GPU, within an op's decide step, the op checks a user criterion's ids on the device
-        # instead (CompiledAttention._decide, decision_errors), so the call makes no sync
-        values = not self.builtin and not decision_errors.ids_checked_by_caller(q.device)
+        # value checks read the tensors back (a device sync): built-ins are correct by test;
+        # ``check_ids=False`` leaves a user criterion's ids to the caller (an op's decide step
+        # on a GPU checks them on the device: CompiledAttention._decide, decision_errors)
+        values = not self.builtin and check_ids
         return check_output(self, out, q, fields, values=values, k_len=k.shape[2])
 
 

@@ -28,9 +28,6 @@ clamp, no NaN, but an out-of-range id ends the CUDA context instead of reaching 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -42,11 +39,8 @@ __all__ = [
     "DEFERRED_DEVICES",
     "DeviceErrors",
     "Row",
-    "caller_checks_ids",
     "check_errors",
     "check_on_device",
-    "ids_checked_by_caller",
-    "no_polls",
     "poisoned",
     "rows_for",
 ]
@@ -56,8 +50,6 @@ __all__ = [
 DEFERRED_DEVICES: frozenset[str] = frozenset({"cuda"})
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
-_CALLER_CHECKS: ContextVar[bool] = ContextVar("tilesparse_caller_checks_ids", default=False)
-_NO_POLLS: ContextVar[bool] = ContextVar("tilesparse_no_polls", default=False)
 _INT64_MAX = torch.iinfo(torch.int64).max
 _INT64_MIN = torch.iinfo(torch.int64).min
 
@@ -136,7 +128,7 @@ class DeviceErrors:
 
     def poll(self) -> None:
         """Raise the recorded error if the last copy has landed (never waits)."""
-        if not self.pending or _NO_POLLS.get() or _capturing(self.device):
+        if not self.pending or _capturing(self.device):
             return
         if self.event is not None and not self.event.query():
             return
@@ -160,34 +152,6 @@ class DeviceErrors:
             "that met them returned NaN, and the error is raised at the op's next call or by "
             "tilesparse.check_errors())"
         )
-
-
-@contextmanager
-def caller_checks_ids() -> Iterator[None]:
-    """Within: criteria called on a device of ``DEFERRED_DEVICES`` leave their ids' value checks
-    to the caller, which checks them on the device (the op's decide step does)."""
-    token = _CALLER_CHECKS.set(True)
-    try:
-        yield
-    finally:
-        _CALLER_CHECKS.reset(token)
-
-
-@contextmanager
-def no_polls() -> Iterator[None]:
-    """Within: no :meth:`DeviceErrors.poll` raises (a call that runs another op inside it, as a
-    padded call runs its sibling, polled at its own start)."""
-    token = _NO_POLLS.set(True)
-    try:
-        yield
-    finally:
-        _NO_POLLS.reset(token)
-
-
-def ids_checked_by_caller(device: torch.device) -> bool:
-    """Whether a criterion's output ids on ``device`` are checked by the caller (see
-    :func:`caller_checks_ids`) rather than read back."""
-    return _CALLER_CHECKS.get() and device.type in DEFERRED_DEVICES
 
 
 def _capturing(device: torch.device) -> bool:

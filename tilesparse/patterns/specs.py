@@ -82,11 +82,14 @@ class _Spec(BaseModel):
         """The specs whose criteria make this spec's decisions, in the order they draw."""
         return ()
 
-    def decide(self, q: Tensor, k: Tensor, *, generator: torch.Generator | None = None) -> Decisions:
-        """Run the spec's criteria on q (B, H, Tq, D) and k expanded to (B, H, Tk, D)."""
+    def decide(
+        self, q: Tensor, k: Tensor, *, generator: torch.Generator | None = None, check_ids: bool = True
+    ) -> Decisions:
+        """Run the spec's criteria on q (B, H, Tq, D) and k expanded to (B, H, Tk, D);
+        ``check_ids=False``: a user criterion's ids are left to the caller to check."""
         out = Decisions()
         for p in self.decision_parts():
-            out = out.merge(p.decide(q, k, generator=generator))
+            out = out.merge(p.decide(q, k, generator=generator, check_ids=check_ids))
         return out
 
     def __str__(self) -> str:
@@ -135,9 +138,10 @@ class _CriterionSpec(_Spec):
     def decision_parts(self) -> tuple[_CriterionSpec, ...]:
         return (self,)
 
-    def decide(self, q, k, *, generator=None) -> Decisions:
+    def decide(self, q, k, *, generator=None, check_ids: bool = True) -> Decisions:
         fields = {n: getattr(self, n) for n in self.criterion_fields}
-        qd, kd = get_criterion(self.criterion)(q, k, generator=generator, **fields)  # type: ignore[attr-defined]
+        crit = get_criterion(self.criterion)
+        qd, kd = crit(q, k, generator=generator, check_ids=check_ids, **fields)  # type: ignore[attr-defined]
         return Decisions(**{f"q_{self.produces}": qd, f"k_{self.produces}": kd})
 
 

@@ -43,6 +43,7 @@ from ...ir import (
     max_segments,
 )
 from ...ir.prepare import assemble_group, select_heads
+from .launch import lean
 from .op import predicate_flags
 
 __all__ = ["build_group", "index_build_reasons"]
@@ -367,12 +368,12 @@ def build_group(
         q_bkt, k_bkt = (sel(dec.q_bucket), sel(dec.k_bucket)) if st.has_bucket else (keys, keys)
         grid = (st.n_chunks, B * Hg, 2)
         sort = dict(N_CAT=st.n_cat, CAT_PAD=st.cat_pad, BLOCK=st.sort_block)
-        _sort_keys[grid](
+        lean(_sort_keys)[grid](
             q_keep, k_keep, q_bkt, k_bkt, keys, counts, T, st.big, st.n_chunks,
             HAS_KEEP=st.keep, HAS_BUCKET=st.has_bucket, **sort,
         )  # fmt: skip
-        _scan_counts[(2 * B * Hg,)](counts, st.n_chunks, CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
-        _scatter_sorted[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort)
+        lean(_scan_counts)[(2 * B * Hg,)](counts, st.n_chunks, CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
+        lean(_scatter_sorted)[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort)
         sorted_keys, orders = [skeys[0], skeys[1]], [order[0], order[1]]
     out = {}
     for side, (nb, block, S, sentinel, dropped) in enumerate(st.sides):
@@ -381,7 +382,7 @@ def build_group(
         nseg = take(B, Hg, nb)
         skey, other = sorted_keys[side], sorted_keys[1 - side]
         dummy = order_out  # identity reads no keys
-        _build_side[(nb, B * Hg)](
+        lean(_build_side)[(nb, B * Hg)](
             dummy if skey is None else skey, dummy if orders[side] is None else orders[side],
             dummy if other is None else other, order_out, pos_out, bkt_out, ranges, nseg,
             T, nb, st.big, st.n_steps,

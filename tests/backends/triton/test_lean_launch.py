@@ -162,3 +162,16 @@ def test_the_key_is_at_least_as_fine_as_tritons():
 def test_an_unknown_argument_type_is_a_clear_error():
     with pytest.raises(TypeError, match="argument of type str"):
         arg_key(["x"])
+
+
+def test_normal_launches_switches_the_lean_path_off_inside_the_block():
+    from tilesparse.backends.triton.launch import normal_launches
+
+    fn = _Kernel()
+    k = _lean(fn)
+    x = torch.zeros(8)
+    k[(1,)](x, 5, 0.5, BLOCK=32)
+    with normal_launches():
+        k[(1,)](x, 5, 0.5, BLOCK=32)
+    k[(1,)](x, 5, 0.5, BLOCK=32)
+    assert [e[0] for e in fn.log] == ["normal", "normal", "lean"]

@@ -26,19 +26,21 @@ against (:data:`LEAN_TRITON`); a kernel compiled asynchronously is resolved on i
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import torch
 import triton
 from torch import Tensor
 
-__all__ = ["LEAN_TRITON", "LeanKernel", "arg_key", "lean", "lean_supported"]
+__all__ = ["LEAN_TRITON", "LeanKernel", "arg_key", "lean", "lean_supported", "normal_launches"]
 
 # (major, minor) of the Triton releases whose JITFunction.run / CompiledKernel.run this path
 # mirrors; tests/gpu/test_lean_launch_gpu.py checks it gives bitwise the normal path's results
 LEAN_TRITON: frozenset[tuple[int, int]] = frozenset({(3, 6)})
 
 _I32 = (-(2**31), 2**31 - 1)
+_NORMAL = [False]  # normal_launches() in force
 _I64_MAX = 2**63 - 1
 
 
@@ -133,7 +135,7 @@ class LeanKernel:
         return lambda *args, **constants: self.launch(grid, args, constants)
 
     def launch(self, grid: tuple[int, ...], args: tuple, constants: dict) -> None:
-        if not self.enabled:
+        if not self.enabled or _NORMAL[0]:
             self.fn[grid](*args, **constants)
             return
         runtime = triton.knobs.runtime
@@ -159,6 +161,17 @@ class LeanKernel:
         g2 = grid[2] if len(grid) > 2 else 1
         stream = self._stream(device)
         compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail)
+
+
+@contextlib.contextmanager
+def normal_launches():
+    """Launch every kernel through ``kernel[grid]`` inside the block (tests, benchmarks)."""
+    old = _NORMAL[0]
+    _NORMAL[0] = True
+    try:
+        yield
+    finally:
+        _NORMAL[0] = old
 
 
 _LEAN: dict[int, LeanKernel] = {}

@@ -263,6 +263,9 @@ class _Static:
     # int32 elements of the one buffer every index tensor is a view of (keys unless identity,
     # then per side order, pos, bucket, ranges, nseg), each view starting 16-byte aligned
     total: int
+    # (shape, strides, offset) of each view, in that order: the sort's scratch (keys, counts,
+    # then per side its sorted keys and order) unless identity, then per side the five outputs
+    views: tuple = ()
 
 
 # elements of a (rows x categories) one-hot tile in the counting sort's kernels
@@ -316,6 +319,8 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
         S = max_segments(block, group.buckets)
         sides.append((nb, block, S, sentinel, dropped))
         total += 3 * _aligned(B * Hg * T) + _aligned(B * Hg * nb * S * 4) + _aligned(B * Hg * nb)
+    views, used = _views(identity, B, Hg, T, n_chunks, cat_pad, sides)
+    assert used == total, f"index views end at {used}, the buffer holds {total}"
     return _Static(
         identity=identity,
         keep=group.has(Keep),
@@ -330,7 +335,40 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
         flags=flags,
         sides=tuple(sides),
         total=total,
+        views=views,
     )
+
+
+def _views(identity: bool, B: int, Hg: int, T: int, n_chunks: int, cat_pad: int, sides) -> tuple:
+    """Where each index tensor lies in the build's one buffer (see ``_Static.views``)."""
+    out = []
+    used = 0
+
+    def take(*shape: int, at: int | None = None) -> None:
+        nonlocal used
+        strides = [1] * len(shape)
+        for i in range(len(shape) - 2, -1, -1):
+            strides[i] = strides[i + 1] * shape[i + 1]
+        out.append((tuple(shape), tuple(strides), used if at is None else at))
+        if at is None:
+            used += _aligned(math.prod(shape))
+
+    if not identity:
+        n = B * Hg * T
+        take(2, B, Hg, T)  # unsorted keys, both sides
+        skeys, order = used, used + _aligned(2 * n)
+        used += 2 * _aligned(2 * n)
+        take(2, B * Hg, n_chunks, cat_pad)
+        for start in (skeys, order):  # each side's sorted keys, then each side's order
+            take(B, Hg, T, at=start)
+            take(B, Hg, T, at=start + n)
+    for nb, _, S, _, _ in sides:
+        take(B, Hg, T)
+        take(B, Hg, T)
+        take(B, Hg, T)
+        take(B, Hg, nb, S, 4)
+        take(B, Hg, nb)
+    return tuple(out), used
 
 
 def build_group(
@@ -349,21 +387,14 @@ def build_group(
     st = _static(group, program.block_q, program.block_k, B, Hg, T)
     # every index tensor is a view of one int32 buffer: one allocation per call
     buf = torch.empty(st.total, dtype=torch.int32, device=device)
-    used = 0
-
-    def take(*shape: int) -> torch.Tensor:
-        nonlocal used
-        n = math.prod(shape)
-        t = buf[used : used + n].view(shape)
-        used += _aligned(n)
-        return t
-
+    views = [buf.as_strided(*v) for v in st.views]
     sorted_keys: list[torch.Tensor | None] = [None, None]
     orders: list[torch.Tensor | None] = [None, None]
     if not st.identity:
         sel = lambda t: select_heads(t, heads, n_heads).contiguous()  # noqa: E731
-        keys, skeys, order = take(2, B, Hg, T), take(2, B, Hg, T), take(2, B, Hg, T)
-        counts = take(2, B * Hg, st.n_chunks, st.cat_pad)
+        keys, counts, skey0, skey1, order0, order1 = views[:6]
+        views = views[6:]
+        skeys, order = skey0, order0  # both sides, from side 0's start
         q_keep, k_keep = (sel(dec.q_keep), sel(dec.k_keep)) if st.keep else (keys, keys)
         q_bkt, k_bkt = (sel(dec.q_bucket), sel(dec.k_bucket)) if st.has_bucket else (keys, keys)
         grid = (st.n_chunks, B * Hg, 2)
@@ -374,12 +405,10 @@ def build_group(
         )  # fmt: skip
         lean(_scan_counts)[(2 * B * Hg,)](counts, st.n_chunks, CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
         lean(_scatter_sorted)[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort)
-        sorted_keys, orders = [skeys[0], skeys[1]], [order[0], order[1]]
+        sorted_keys, orders = [skey0, skey1], [order0, order1]
     out = {}
     for side, (nb, block, S, sentinel, dropped) in enumerate(st.sides):
-        order_out, pos_out, bkt_out = take(B, Hg, T), take(B, Hg, T), take(B, Hg, T)
-        ranges = take(B, Hg, nb, S, 4)
-        nseg = take(B, Hg, nb)
+        order_out, pos_out, bkt_out, ranges, nseg = views[5 * side : 5 * side + 5]
         skey, other = sorted_keys[side], sorted_keys[1 - side]
         dummy = order_out  # identity reads no keys
         lean(_build_side)[(nb, B * Hg)](

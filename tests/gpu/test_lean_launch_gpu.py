@@ -21,7 +21,7 @@ SPECS = {
     "perhead": ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=4)),
     "topk8": ts.TopKFeatures(k=8),
 }
-KERNELS = (kernels._attn_fwd, kernels._attn_bwd_dq, kernels._attn_bwd_dkdv, index._sort_keys, index._build_side)
+KERNELS = (kernels._attn_fwd, kernels._attn_bwd_dq, kernels._attn_bwd_dkdv, index._sort_keys, index._build_sides)
 
 
 def _run(attn, q, k, v, dec, go):

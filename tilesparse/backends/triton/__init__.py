@@ -55,7 +55,7 @@ class TritonBackend(Backend):
         return cfg.block_q, cfg.block_k
 
     def prepare(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs) -> PreparedGroup:
-        """Layout and ranges in five launches (index.py) instead of the IR's torch ops; with
+        """Layout and ranges in four launches (index.py) instead of the IR's torch ops; with
         queries shorter than keys (Tq < Tk), the IR's torch ops (the fused build takes one
         length for both sides)."""
         from .index import build_group

@@ -1,5 +1,6 @@
 """The layout and ranges stages fused into Triton kernels: the same index tensors as
-:func:`tilesparse.ir.prepare_group`, in five launches instead of ~70 small torch ops.
+:func:`tilesparse.ir.prepare_group`, in four launches instead of ~70 small torch ops (one
+for the identity layout).
 
 1. ``_sort_keys`` (one launch, both sides): key = bucket * T + position for a kept row,
    ``big + position`` for a dropped one (int32), and per chunk of rows a histogram of the
@@ -9,8 +10,8 @@
    result is the keys in ascending order, as a sort would give, in O(T); a row's destination
    is its category's start, plus the rows of that category in earlier chunks, plus those
    before it in its own chunk (skipped for the identity layout);
-3. ``_build_side`` (one launch per side): per block of the layout, the int32 row order,
-   position and bucket of every row, the bucket segments (run starts and ends found from the
+3. ``_build_sides`` (one launch, both sides): per block of the layout, the int32 row
+   order, position and bucket of every row, the bucket segments (run starts and ends found from the
    neighbouring keys, numbered with a cumulative sum) and each segment's row range on the
    other side, by vectorized binary searches in the other side's sorted keys.
 
@@ -152,7 +153,7 @@ def _bound(OTHER, target, seqlen, n_steps, RIGHT: tl.constexpr, IDENTITY: tl.con
     return lo
 
 
-@triton.jit(do_not_specialize=["seqlen", "n_blocks", "big", "n_steps"])
+@triton.jit
 def _build_side(SKEY, ORDER, OTHER, ORDER_OUT, POS_OUT, BKT_OUT, RANGES, NSEG,
                 seqlen, n_blocks, big, n_steps,
                 SENTINEL: tl.constexpr, DROPPED_BUCKET: tl.constexpr,
@@ -239,6 +240,29 @@ def _build_side(SKEY, ORDER, OTHER, ORDER_OUT, POS_OUT, BKT_OUT, RANGES, NSEG,
     zero = tl.zeros_like(lane)
     for j in tl.static_range(4):
         tl.store(rng + lane * 4 + j, zero, mask=unused)
+
+
+@triton.jit(do_not_specialize=["seqlen", "nb_q", "nb_k", "big", "n_steps"])
+def _build_sides(Q_SKEY, Q_ORDER, K_SKEY, K_ORDER,
+                 Q_ORDER_OUT, Q_POS_OUT, Q_BKT_OUT, Q_RANGES, Q_NSEG,
+                 K_ORDER_OUT, K_POS_OUT, K_BKT_OUT, K_RANGES, K_NSEG,
+                 seqlen, nb_q, nb_k, big, n_steps,
+                 Q_SENTINEL: tl.constexpr, K_SENTINEL: tl.constexpr, Q_DROPPED: tl.constexpr, K_DROPPED: tl.constexpr,
+                 BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SEG_Q: tl.constexpr, SEG_K: tl.constexpr,
+                 CAUSAL: tl.constexpr, STRICT: tl.constexpr, NOT_SELF: tl.constexpr, IDENTITY: tl.constexpr):
+    """Both sides' :func:`_build_side` in one launch: programs (block, batch x head, side); a
+    program past its side's blocks has nothing to do (the sides' block counts differ)."""
+    pid = tl.program_id(0)
+    if tl.program_id(2) == 0:
+        if pid < nb_q:
+            _build_side(Q_SKEY, Q_ORDER, K_SKEY, Q_ORDER_OUT, Q_POS_OUT, Q_BKT_OUT, Q_RANGES, Q_NSEG,
+                        seqlen, nb_q, big, n_steps, Q_SENTINEL, Q_DROPPED, BLOCK_Q, SEG_Q, True,
+                        CAUSAL, STRICT, NOT_SELF, IDENTITY)
+    else:
+        if pid < nb_k:
+            _build_side(K_SKEY, K_ORDER, Q_SKEY, K_ORDER_OUT, K_POS_OUT, K_BKT_OUT, K_RANGES, K_NSEG,
+                        seqlen, nb_k, big, n_steps, K_SENTINEL, K_DROPPED, BLOCK_K, SEG_K, False,
+                        CAUSAL, STRICT, NOT_SELF, IDENTITY)
 
 
 @dataclass(frozen=True)
@@ -406,16 +430,14 @@ def build_group(
         lean(_scan_counts)[(2 * B * Hg,)](counts, st.n_chunks, CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
         lean(_scatter_sorted)[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort)
         sorted_keys, orders = [skey0, skey1], [order0, order1]
-    out = {}
-    for side, (nb, block, S, sentinel, dropped) in enumerate(st.sides):
-        order_out, pos_out, bkt_out, ranges, nseg = views[5 * side : 5 * side + 5]
-        skey, other = sorted_keys[side], sorted_keys[1 - side]
-        dummy = order_out  # identity reads no keys
-        lean(_build_side)[(nb, B * Hg)](
-            dummy if skey is None else skey, dummy if orders[side] is None else orders[side],
-            dummy if other is None else other, order_out, pos_out, bkt_out, ranges, nseg,
-            T, nb, st.big, st.n_steps,
-            SENTINEL=sentinel, DROPPED_BUCKET=dropped, BLOCK=block, MAX_SEG=S, QUERY_SIDE=side == 0, **st.flags,
-        )  # fmt: skip
-        out[side] = (order_out, pos_out, bkt_out, ranges, nseg)
-    return assemble_group(program, group, heads, dec, n_heads, T, device, out[0], out[1])
+    q_out, k_out = tuple(views[:5]), tuple(views[5:10])
+    dummy = q_out[0]  # identity reads no keys
+    (nb_q, block_q, seg_q, q_sentinel, q_dropped), (nb_k, block_k, seg_k, k_sentinel, k_dropped) = st.sides
+    lean(_build_sides)[(max(nb_q, nb_k), B * Hg, 2)](
+        dummy if sorted_keys[0] is None else sorted_keys[0], dummy if orders[0] is None else orders[0],
+        dummy if sorted_keys[1] is None else sorted_keys[1], dummy if orders[1] is None else orders[1],
+        *q_out, *k_out, T, nb_q, nb_k, st.big, st.n_steps,
+        Q_SENTINEL=q_sentinel, K_SENTINEL=k_sentinel, Q_DROPPED=q_dropped, K_DROPPED=k_dropped,
+        BLOCK_Q=block_q, BLOCK_K=block_k, SEG_Q=seg_q, SEG_K=seg_k, **st.flags,
+    )  # fmt: skip
+    return assemble_group(program, group, heads, dec, n_heads, T, device, q_out, k_out)

@@ -1,12 +1,13 @@
 """The layout and ranges stages fused into Triton kernels: the same index tensors as
-:func:`tilesparse.ir.prepare_group`, in four launches instead of ~70 small torch ops (one
-for the identity layout).
+:func:`tilesparse.ir.prepare_group`, in three or four launches instead of ~70 small torch ops
+(one for the identity layout).
 
 1. ``_sort_keys`` (one launch, both sides): key = bucket * T + position for a kept row,
    ``big + position`` for a dropped one (int32), and per chunk of rows a histogram of the
    rows' categories (the bucket, or ``buckets`` for a dropped row);
-2. ``_scan_counts`` and ``_scatter_sorted`` (one launch each, both sides): a stable counting
-   sort of the keys by category. Positions ascend within a chunk and chunks ascend, so the
+2. ``_scan_counts`` and ``_scatter_sorted`` (one launch each, both sides; the scatter alone
+   while a side's chunk counts are few, ``_FUSED_SCAN``): a stable counting sort of the keys
+   by category. Positions ascend within a chunk and chunks ascend, so the
    result is the keys in ascending order, as a sort would give, in O(T); a row's destination
    is its category's start, plus the rows of that category in earlier chunks, plus those
    before it in its own chunk (skipped for the identity layout);
@@ -109,9 +110,11 @@ def _scan_counts(COUNTS, n_chunks, CAT_PAD: tl.constexpr, CHUNKS: tl.constexpr):
 
 @triton.jit(do_not_specialize=["seqlen", "big", "n_chunks"])
 def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
-                    N_CAT: tl.constexpr, CAT_PAD: tl.constexpr, BLOCK: tl.constexpr):
+                    N_CAT: tl.constexpr, CAT_PAD: tl.constexpr, BLOCK: tl.constexpr,
+                    FUSED_SCAN: tl.constexpr = False, CHUNKS_PAD: tl.constexpr = 1):
     """Each row of one chunk to its place in the sorted order: its key to SKEY, its position
-    to ORDER."""
+    to ORDER. FUSED_SCAN: OFFSETS holds the raw counts (no ``_scan_counts`` launch) and each
+    program sums its side's (at most CHUNKS_PAD) chunks itself: the same starts."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     side = tl.program_id(2)
@@ -122,7 +125,16 @@ def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
     cat = tl.where(key < big, key // seqlen, N_CAT - 1)
     cats = tl.arange(0, CAT_PAD)
     one_hot = ((cat[:, None] == cats[None, :]) & ok[:, None]).to(tl.int32)
-    start = tl.load(OFFSETS + ((side * tl.num_programs(1) + bh).to(tl.int64) * n_chunks + pid) * CAT_PAD + cats)
+    if FUSED_SCAN:
+        # category start (every chunk's rows of earlier categories) + earlier chunks' rows
+        chunks = tl.arange(0, CHUNKS_PAD)
+        ptrs = OFFSETS + (side * tl.num_programs(1) + bh).to(tl.int64) * n_chunks * CAT_PAD
+        counts = tl.load(ptrs + chunks[:, None] * CAT_PAD + cats[None, :], mask=(chunks < n_chunks)[:, None], other=0)
+        total = tl.sum(counts, 0)
+        earlier = tl.sum(tl.where((chunks < pid)[:, None], counts, 0), 0)
+        start = tl.cumsum(total, 0) - total + earlier
+    else:
+        start = tl.load(OFFSETS + ((side * tl.num_programs(1) + bh).to(tl.int64) * n_chunks + pid) * CAT_PAD + cats)
     # rows of the same category before this one in the chunk, plus where the chunk's start
     before = tl.sum((tl.cumsum(one_hot, 0) - one_hot) * one_hot, 1)
     dest = tl.sum(one_hot * start[None, :], 1) + before
@@ -281,6 +293,9 @@ class _Static:
     sort_block: int
     n_chunks: int
     scan_chunks: int
+    # the scatter reads every chunk's counts itself (no scan launch): while they are few
+    fused_scan: bool
+    chunks_pad: int
     flags: dict
     # per side: (blocks, rows per block, segment slots, sentinel, dropped bucket)
     sides: tuple[tuple[int, int, int, int, int], tuple[int, int, int, int, int]]
@@ -294,6 +309,9 @@ class _Static:
 
 # elements of a (rows x categories) one-hot tile in the counting sort's kernels
 _ONE_HOT = 8192
+# most (chunks x categories) counts each scatter program sums itself instead of a scan launch:
+# one launch fewer while the counts are small (T <= 16k at 16 buckets), no quadratic reads beyond
+_FUSED_SCAN = 2048
 
 
 def _sort_block(cat_pad: int) -> int:
@@ -356,6 +374,8 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
         sort_block=sort_block,
         n_chunks=n_chunks,
         scan_chunks=max(1, min(triton.next_power_of_2(n_chunks), _ONE_HOT // 4 // cat_pad)),
+        fused_scan=triton.next_power_of_2(n_chunks) * cat_pad <= _FUSED_SCAN,
+        chunks_pad=triton.next_power_of_2(n_chunks),
         flags=flags,
         sides=tuple(sides),
         total=total,
@@ -427,8 +447,12 @@ def build_group(
             q_keep, k_keep, q_bkt, k_bkt, keys, counts, T, st.big, st.n_chunks,
             HAS_KEEP=st.keep, HAS_BUCKET=st.has_bucket, **sort,
         )  # fmt: skip
-        lean(_scan_counts)[(2 * B * Hg,)](counts, st.n_chunks, CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
-        lean(_scatter_sorted)[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort)
+        if st.fused_scan:
+            lean(_scatter_sorted)[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort,
+                                        FUSED_SCAN=True, CHUNKS_PAD=st.chunks_pad)  # fmt: skip
+        else:
+            lean(_scan_counts)[(2 * B * Hg,)](counts, st.n_chunks, CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
+            lean(_scatter_sorted)[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort)
         sorted_keys, orders = [skey0, skey1], [order0, order1]
     q_out, k_out = tuple(views[:5]), tuple(views[5:10])
     dummy = q_out[0]  # identity reads no keys

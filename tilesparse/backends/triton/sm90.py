@@ -225,6 +225,9 @@ def index_variants() -> list[tuple[str, dict]]:
             out.append(("_sort_keys", dict(HAS_KEEP=keep, HAS_BUCKET=bucket, N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block)))
         out.append(("_scan_counts", dict(CAT_PAD=cat_pad, CHUNKS=max(1, index._ONE_HOT // 4 // cat_pad))))
         out.append(("_scatter_sorted", dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block)))
+        if cat_pad <= index._FUSED_SCAN:
+            fused = dict(FUSED_SCAN=True, CHUNKS_PAD=index._FUSED_SCAN // cat_pad)
+            out.append(("_scatter_sorted", dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block, **fused)))
     for causal, strict, not_self, identity in ((True, False, False, False), (True, True, False, True), (False, False, True, False)):
         out.append(("_build_sides", dict(
             Q_SENTINEL=QUERY_SENTINEL, K_SENTINEL=KEY_SENTINEL, Q_DROPPED=-1, K_DROPPED=-2, BLOCK_Q=128, BLOCK_K=64,

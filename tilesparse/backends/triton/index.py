@@ -111,7 +111,7 @@ def _scan_counts(COUNTS, n_chunks, CAT_PAD: tl.constexpr, CHUNKS: tl.constexpr):
 @triton.jit(do_not_specialize=["seqlen", "big", "n_chunks"])
 def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
                     N_CAT: tl.constexpr, CAT_PAD: tl.constexpr, BLOCK: tl.constexpr,
-                    FUSED_SCAN: tl.constexpr = False, CHUNKS_PAD: tl.constexpr = 1):
+                    FUSED_SCAN: tl.constexpr, CHUNKS_PAD: tl.constexpr):
     """Each row of one chunk to its place in the sorted order: its key to SKEY, its position
     to ORDER. FUSED_SCAN: OFFSETS holds the raw counts (no ``_scan_counts`` launch) and each
     program sums its side's (at most CHUNKS_PAD) chunks itself: the same starts."""
@@ -361,6 +361,7 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
         S = max_segments(block, group.buckets)
         sides.append((nb, block, S, sentinel, dropped))
         total += 3 * _aligned(B * Hg * T) + _aligned(B * Hg * nb * S * 4) + _aligned(B * Hg * nb)
+    fused_scan = triton.next_power_of_2(n_chunks) * cat_pad <= _FUSED_SCAN
     views, used = _views(identity, B, Hg, T, n_chunks, cat_pad, sides)
     assert used == total, f"index views end at {used}, the buffer holds {total}"
     return _Static(
@@ -374,8 +375,8 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
         sort_block=sort_block,
         n_chunks=n_chunks,
         scan_chunks=max(1, min(triton.next_power_of_2(n_chunks), _ONE_HOT // 4 // cat_pad)),
-        fused_scan=triton.next_power_of_2(n_chunks) * cat_pad <= _FUSED_SCAN,
-        chunks_pad=triton.next_power_of_2(n_chunks),
+        fused_scan=fused_scan,
+        chunks_pad=triton.next_power_of_2(n_chunks) if fused_scan else 1,
         flags=flags,
         sides=tuple(sides),
         total=total,
@@ -447,12 +448,10 @@ def build_group(
             q_keep, k_keep, q_bkt, k_bkt, keys, counts, T, st.big, st.n_chunks,
             HAS_KEEP=st.keep, HAS_BUCKET=st.has_bucket, **sort,
         )  # fmt: skip
-        if st.fused_scan:
-            lean(_scatter_sorted)[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort,
-                                        FUSED_SCAN=True, CHUNKS_PAD=st.chunks_pad)  # fmt: skip
-        else:
+        if not st.fused_scan:
             lean(_scan_counts)[(2 * B * Hg,)](counts, st.n_chunks, CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
-            lean(_scatter_sorted)[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort)
+        lean(_scatter_sorted)[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort,
+                                    FUSED_SCAN=st.fused_scan, CHUNKS_PAD=st.chunks_pad)  # fmt: skip
         sorted_keys, orders = [skey0, skey1], [order0, order1]
     q_out, k_out = tuple(views[:5]), tuple(views[5:10])
     dummy = q_out[0]  # identity reads no keys

@@ -224,7 +224,7 @@ def index_variants() -> list[tuple[str, dict]]:
         for keep, bucket in ((True, False), (False, True), (True, True)):
             out.append(("_sort_keys", dict(HAS_KEEP=keep, HAS_BUCKET=bucket, N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block)))
         out.append(("_scan_counts", dict(CAT_PAD=cat_pad, CHUNKS=max(1, index._ONE_HOT // 4 // cat_pad))))
-        out.append(("_scatter_sorted", dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block)))
+        out.append(("_scatter_sorted", dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block, FUSED_SCAN=False, CHUNKS_PAD=1)))
         if cat_pad <= index._FUSED_SCAN:
             fused = dict(FUSED_SCAN=True, CHUNKS_PAD=index._FUSED_SCAN // cat_pad)
             out.append(("_scatter_sorted", dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block, **fused)))

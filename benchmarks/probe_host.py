@@ -1,20 +1,44 @@
-"""Host time per call: where the CPU spends a call when the GPU is not the bottleneck.
+"""Host time per call, by stage: where the CPU spends a call of every built-in pattern.
 
-Tiny inputs (B=1, H=2, T=256, D=64, bf16) so every kernel finishes long before the next launch
-is issued; each figure is the mean host time of ``--calls`` back-to-back calls (time.perf_counter,
-one synchronize at the end), after warm-up (compilation excluded). Rows: the whole call with
-decisions given (forward; forward+backward), decide alone, prepare alone, the attention kernels
-alone through the autograd function (forward; forward+backward), one bare Triton launch of the
-forward kernel, and for scale a bare torch op (``torch.empty`` + ``add_``) and F.sdpa. Writes
-probe_host.json under --out and prints a table.
+Each figure is the mean host time of ``--calls`` back-to-back runs of one stage (time.perf_counter,
+one synchronize before and after the loop, none inside), after warm-up (compilation excluded),
+in microseconds. Stages, in the order a call runs them:
 
-    python3 benchmarks/probe_host.py --out DIR
+- ``checks``: the argument checks (tensor arguments, SDPA keywords, inputs, spec fits);
+- ``plan``: the plan lookup;
+- ``decision_checks`` / ``decision_checks_novalidate``: checking given decisions (validate=True /
+  False);
+- ``decide``: making the decisions;
+- ``index``: every group's index build (launches only, on the GPU);
+- ``attend_fwd``: the attention forward through the autograd function (inputs need grad);
+- ``attend_fwd_bwd``: that and its backward; ``backward`` is the difference;
+- the whole call: ``call_fwd`` and ``call_fwd_bwd`` with decisions given, ``call_fwd_decide``
+  with decisions made, each host-only (``*_host``: no synchronize inside the loop) and
+  synchronized (``*_sync``: a synchronize after every call); ``call_*_normal_host``: the same
+  with every kernel through Triton's ``kernel[grid]`` (the lean launch path switched off);
+- ``launches_fwd`` / ``launches_fwd_bwd``: Triton kernel launches per call (decisions given).
+
+SDPA's forward and forward+backward are measured for scale. Shapes: B=1, H=16, D=64, T=4096
+and B=1, H=32, Hkv=8, D=128, T=4096 (bf16, causal); ``--shapes`` takes others as BxHxHkvxDxT.
+
+On the GPU (what the figures are for):
+
+    TRITON_INTERPRET=0 python3 benchmarks/probe_host.py --out DIR
+
+On the CPU (Python-side overhead only): ``TRITON_INTERPRET=1 ... --device cpu`` replaces every
+Triton launch by a counting no-op (``--stub-kernels``, on by default there: the interpreter
+would run the kernels for minutes), so the figures are this library's Python and torch calls
+and the launch counts, without Triton's own launch cost or any kernel.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,76 +49,266 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 import tilesparse as ts  # noqa: E402
-from tilesparse.backends.triton.op import launch_fwd, sparse_attention, tile_config  # noqa: E402
+from tilesparse.execute import with_dense_heads  # noqa: E402
+from tilesparse.ir import check_inputs, check_tensor_args  # noqa: E402
+from tilesparse.sdpa_call import parse_sdpa_call  # noqa: E402
+
+PATTERNS = {
+    "dense-triton": ts.Dense(),
+    "keep0.7": ts.QKDrop(keep=0.7),
+    "keep0.5": ts.QKDrop(keep=0.5),
+    "keep0.3": ts.QKDrop(keep=0.3),
+    "hash8": ts.Hash(buckets=8),
+    "hash16": ts.Hash(buckets=16),
+    "hash64": ts.Hash(buckets=64),
+    "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)]),
+    "perhead": ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=16)),
+    "topk8": ts.TopKFeatures(k=8),
+}
+SHAPES = ("1x16x16x64x4096", "1x32x8x128x4096")
 
 
-def host_us(fn, calls: int) -> float:
-    for _ in range(5):
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+STAT = ["mean"]  # --stat
+
+
+def host_us(fn, calls: int, device: torch.device, *, sync_each: bool = False, warmup: int = 3) -> float:
+    """Host time of ``fn`` over ``calls`` runs (us; the mean, or with ``--stat median`` the
+    median of single runs: steadier on a shared CPU); ``sync_each``: synchronize after each."""
+    for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    _sync(device)
+    if STAT[0] == "median":
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            fn()
+            if sync_each:
+                _sync(device)
+            times.append(time.perf_counter() - t0)
+        _sync(device)
+        return 1e6 * statistics.median(times)
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
+        if sync_each:
+            _sync(device)
     t1 = time.perf_counter()
-    torch.cuda.synchronize()
+    _sync(device)
     return 1e6 * (t1 - t0) / calls
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--calls", type=int, default=200)
-    args = ap.parse_args()
-    dev = torch.device("cuda")
-    B, H, T, D = 1, 2, 256, 64
-    q, k, v = (torch.randn((B, H, T, D), device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+class LaunchCounter:
+    """Counts Triton kernel launches; with ``stub`` (interpreter only) launches nothing."""
+
+    def __init__(self, stub: bool):
+        self.stub = stub
+        self.count = 0
+
+    @contextlib.contextmanager
+    def installed(self):
+        from tilesparse.backends.triton.op import interpreting
+
+        counter = self
+        if interpreting():
+            from triton.runtime.interpreter import InterpretedFunction
+
+            cls, name = InterpretedFunction, "run"
+        else:
+            if self.stub:
+                raise SystemExit("--stub-kernels needs TRITON_INTERPRET=1 (it replaces the interpreter's launches)")
+            try:
+                from tilesparse.backends.triton.launch import LeanKernel
+
+                cls, name = LeanKernel, "launch"
+            except ImportError:
+                from triton.runtime.jit import JITFunction
+
+                cls, name = JITFunction, "run"
+        original = getattr(cls, name)
+
+        def counted(self_, *args, **kwargs):
+            counter.count += 1
+            if counter.stub:
+                return None
+            return original(self_, *args, **kwargs)
+
+        setattr(cls, name, counted)
+        try:
+            yield self
+        finally:
+            setattr(cls, name, original)
+
+    def per_call(self, fn, device: torch.device, calls: int = 5) -> float:
+        fn()
+        _sync(device)
+        before = self.count
+        for _ in range(calls):
+            fn()
+        _sync(device)
+        return (self.count - before) / calls
+
+
+def _normal_launches():
+    try:
+        from tilesparse.backends.triton.launch import normal_launches
+    except ImportError:
+        return None
+    return normal_launches
+
+
+def probe_pattern(name, spec, shape, args, device, counter) -> dict:
+    B, H, Hkv, D, T = shape
+    dtype = torch.bfloat16
+    gen = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn((B, H, T, D), device=device, dtype=dtype, generator=gen).requires_grad_(True)
+    k, v = (torch.randn((B, Hkv, T, D), device=device, dtype=dtype, generator=gen).requires_grad_(True) for _ in range(2))
     go = torch.randn_like(q)
-    rows = {}
-    for name, spec in (("hash16", ts.Hash(buckets=16)), ("keep0.5", ts.QKDrop(keep=0.5)), ("dense-triton", ts.Dense())):
-        attn = ts.compile(spec, causal=True, backend="triton", validate=False)
-        dec = attn.decide(q, k)
-        prep = attn.prepare(q, k, v, decisions=dec)
-        g = prep.groups[0]
-        cfg = tile_config(D, q.dtype, dev)
+    attn = ts.compile(spec, causal=True, backend="triton")
+    attn_nv = ts.compile(spec, causal=True, backend="triton", validate=False)
+    dec = attn.decide(q, k)
+    # a copy: decisions this op did not make, so a call checks them (what a caller's given ones cost)
+    given = ts.Decisions(**{n: None if t is None else t.clone() for n, t in dec.items()})
+    calls = args.calls
+    rows: dict[str, float] = {}
+    t = lambda fn, **kw: host_us(fn, calls, device, **kw)  # noqa: E731
 
-        def fwd_bwd(f):
-            return lambda: torch.autograd.grad(f(), (q, k, v), go)
+    def checks():
+        check_tensor_args(q, k, v)
+        parse_sdpa_call(q, k, causal=True)
+        inputs = check_inputs(q, k, v, scale=attn.scale)
+        attn._check_spec_fits(inputs)
 
-        call = lambda: attn(q, k, v, decisions=dec)  # noqa: E731
-        kern = lambda: sparse_attention(q, k, v, g, D**-0.5, cfg)  # noqa: E731
-        o = torch.empty_like(q)
-        lse = torch.empty((B, H, T), device=dev, dtype=torch.float32)
+    inputs = check_inputs(q, k, v, scale=attn.scale)
+    rows["checks"] = t(checks)
+    rows["plan"] = t(lambda: attn._plan(inputs, decides=False))
+    if spec.decision_fields:
+        rows["decision_checks"] = t(lambda: attn._decisions(inputs, given, None))
+        rows["decision_checks_novalidate"] = t(lambda: attn_nv._decisions(inputs, given, None))
+        rows["decide"] = t(lambda: attn._decide(inputs, None))
+    plan = attn._plan(inputs, decides=False)
 
-        def launch():
-            launch_fwd(q, k, v, o, lse, g, D**-0.5, cfg)
+    indexed = sorted({s.group for s in plan.steps if s.kind == "index"})
 
-        with torch.no_grad():
-            no_grad_call = host_us(call, args.calls)
-        rows[name] = {
-            "call_fwd": host_us(call, args.calls),
-            "call_fwd_no_grad": no_grad_call,
-            "call_fwd_bwd": host_us(fwd_bwd(call), args.calls),
-            "decide": host_us(lambda: attn.decide(q, k), args.calls),
-            "prepare": host_us(lambda: attn.prepare(q, k, v, decisions=dec), args.calls),
-            "kernels_fwd": host_us(kern, args.calls),
-            "kernels_fwd_bwd": host_us(fwd_bwd(kern), args.calls),
-            "one_fwd_launch": host_us(launch, args.calls),
-        }
-        print(name, {k2: round(v2, 1) for k2, v2 in rows[name].items()}, flush=True)
-    x = torch.randn((1024,), device=dev)
-    rows["torch"] = {
-        "empty_add": host_us(lambda: torch.empty_like(x).add_(1.0), args.calls),
-        "sdpa_fwd": host_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), args.calls),
-        "sdpa_fwd_bwd": host_us(
-            lambda: torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=True), (q, k, v), go),
-            args.calls,
-        ),
+    def index():
+        out = []
+        for i in indexed:
+            a = plan.assignments[i]
+            out.append((a, a.builder.prepare(plan.program, a.group, a.heads, with_dense_heads(dec, a.dense_heads), inputs)))
+        return out
+
+    prepared = index()
+    rows["index"] = t(index)
+    rows["launches_index"] = counter.per_call(index, device)
+
+    def attend():
+        return [a.backend.attend(g, inputs) for a, g in prepared]
+
+    def attend_fb():
+        outs = attend()
+        torch.autograd.grad(outs, (q, k, v), [go[:, list(a.heads)] for a, _ in prepared])
+
+    rows["attend_fwd"] = t(attend)
+    rows["attend_fwd_bwd"] = t(attend_fb)
+    rows["backward"] = rows["attend_fwd_bwd"] - rows["attend_fwd"]
+
+    fwd = lambda: attn(q, k, v, decisions=dec)  # noqa: E731
+    fwd_bwd = lambda: torch.autograd.grad(attn(q, k, v, decisions=dec), (q, k, v), go)  # noqa: E731
+    fwd_decide = lambda: attn(q, k, v)  # noqa: E731
+    for label, fn in (("call_fwd", fwd), ("call_fwd_bwd", fwd_bwd), ("call_fwd_decide", fwd_decide)):
+        rows[f"{label}_host"] = t(fn)
+        rows[f"{label}_sync"] = t(fn, sync_each=True)
+    normal = _normal_launches()
+    if normal is not None and not counter.stub:
+        with normal():
+            rows["call_fwd_normal_host"] = t(fwd)
+            rows["call_fwd_bwd_normal_host"] = t(fwd_bwd)
+    rows["launches_fwd"] = counter.per_call(fwd, device)
+    rows["launches_fwd_bwd"] = counter.per_call(fwd_bwd, device)
+    return rows
+
+
+def probe_sdpa(shape, args, device) -> dict:
+    B, H, Hkv, D, T = shape
+    q = torch.randn((B, H, T, D), device=device, dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn((B, Hkv, T, D), device=device, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    go = torch.randn_like(q)
+    gqa = dict(enable_gqa=True) if H != Hkv else {}
+    fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)  # noqa: E731
+    fwd_bwd = lambda: torch.autograd.grad(fwd(), (q, k, v), go)  # noqa: E731
+    return {
+        "call_fwd_host": host_us(fwd, args.calls, device),
+        "call_fwd_sync": host_us(fwd, args.calls, device, sync_each=True),
+        "call_fwd_bwd_host": host_us(fwd_bwd, args.calls, device),
+        "call_fwd_bwd_sync": host_us(fwd_bwd, args.calls, device, sync_each=True),
     }
-    print("torch", {k2: round(v2, 1) for k2, v2 in rows["torch"].items()}, flush=True)
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    parts = tuple(int(p) for p in text.split("x"))
+    if len(parts) != 5:
+        raise argparse.ArgumentTypeError(f"a shape is BxHxHkvxDxT, got {text!r}")
+    return parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="directory for probe_host.json")
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated BxHxHkvxDxT")
+    ap.add_argument("--patterns", default=",".join(PATTERNS), help=f"comma-separated, from {','.join(PATTERNS)}")
+    ap.add_argument("--stat", default="mean", choices=("mean", "median"))
+    ap.add_argument("--stub-kernels", action=argparse.BooleanOptionalAction, default=None,
+                    help="launch no kernel, count launches (TRITON_INTERPRET=1 only; default on with --device cpu)")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        ap.error("no CUDA GPU here: run on a GPU with TRITON_INTERPRET=0, or on the CPU with TRITON_INTERPRET=1 --device cpu")
+    if device.type == "cuda" and interpret:
+        ap.error("TRITON_INTERPRET=1 with --device cuda would time the interpreter: set TRITON_INTERPRET=0")
+    if device.type == "cpu" and not interpret:
+        ap.error("--device cpu needs TRITON_INTERPRET=1 (the Triton backend runs on the CPU only in its interpreter)")
+    STAT[0] = args.stat
+    stub = device.type == "cpu" if args.stub_kernels is None else args.stub_kernels
+    names = args.patterns.split(",")
+    if bad := [n for n in names if n not in PATTERNS]:
+        ap.error(f"unknown patterns {bad}; known: {list(PATTERNS)}")
+    shapes = [_shape(s) for s in args.shapes.split(",")]
+    counter = LaunchCounter(stub)
+    results = []
+    with counter.installed():
+        for shape in shapes:
+            label = "x".join(map(str, shape))
+            for name in names:
+                rows = probe_pattern(name, PATTERNS[name], shape, args, device, counter)
+                results.append({"shape": label, "pattern": name, **rows})
+                print(label, name, {k: round(v, 1) for k, v in rows.items()}, flush=True)
+            if device.type == "cuda":
+                rows = probe_sdpa(shape, args, device)
+                results.append({"shape": label, "pattern": "sdpa", **rows})
+                print(label, "sdpa", {k: round(v, 1) for k, v in rows.items()}, flush=True)
+    meta = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "stub_kernels": stub,
+        "calls": args.calls,
+        "stat": args.stat,
+        "dtype": "bfloat16",
+        "causal": True,
+        "shape": "B x H x Hkv x D x T",
+        "unit": "us (launches_*: launches per call)",
+        "cmd": " ".join(sys.argv),
+    }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cmd": " ".join(sys.argv), "unit": "us"}
-    (out / "probe_host.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / "probe_host.json").write_text(json.dumps({"meta": meta, "rows": results}, indent=1))
     return 0
 
 

@@ -4,6 +4,8 @@ same layout tensors, segments and ranges, bit for bit, on random specs and decis
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -36,11 +38,38 @@ def test_fused_index_building_matches_torch(data, T, causal, blocks):
 @given(data=st.data(), T=st.integers(1, 120), causal=st.booleans())
 def test_counting_sort_across_many_chunks(data, T, causal, monkeypatch_chunks):
     """Tiny chunks (16-32 rows) and scan steps: the counting sort's carries between chunks and
-    between scan steps are exercised at interpreter sizes."""
+    between scan steps are exercised at interpreter sizes (the scan launch always)."""
     shape = (data.draw(st.integers(1, 2)), 2, T, 16)
     spec = data.draw(specs(heads=2, kinds=("qk_drop", "hash", "hybrid"), max_buckets=40))
     dec = data.draw(decisions(spec, shape))
-    assert_same_index_tensors(spec, dec, shape, causal, (16, 16))
+    with _fused_scan(0):
+        assert_same_index_tensors(spec, dec, shape, causal, (16, 16))
+
+
+@settings(max_examples=5)
+@given(data=st.data(), T=st.integers(33, 120), causal=st.booleans())
+def test_fused_scan_across_many_chunks(data, T, causal, monkeypatch_chunks):
+    """The scatter that sums the chunks' counts itself (no scan launch) gives the same tensors
+    over many tiny chunks."""
+    shape = (1, 2, T, 16)
+    spec = data.draw(specs(heads=2, kinds=("qk_drop", "hash", "hybrid"), max_buckets=40))
+    dec = data.draw(decisions(spec, shape))
+    with _fused_scan(1 << 20):
+        assert_same_index_tensors(spec, dec, shape, causal, (16, 16))
+
+
+@contextlib.contextmanager
+def _fused_scan(limit: int):
+    from tilesparse.backends.triton import index
+
+    old = index._FUSED_SCAN
+    index._FUSED_SCAN = limit
+    index._static.cache_clear()
+    try:
+        yield
+    finally:
+        index._FUSED_SCAN = old
+        index._static.cache_clear()
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The Triton index builder: layout and ranges in five launches (``index.py``) instead of the
+"""The Triton index builder: layout and ranges in three or four launches (``index.py``) instead of the
 IR's torch ops."""
 
 from __future__ import annotations

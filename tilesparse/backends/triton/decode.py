@@ -22,6 +22,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .launch import lean
+
 __all__ = ["decode_split", "merge_splits", "split_count"]
 
 LOG2E = 1.4426950408889634
@@ -125,7 +127,7 @@ def decode_split(
     sparse = k_ids is not None
     kf = k_ids.shape[-1] if sparse else 1
     dummy = v
-    _decode_split[(n_splits, B * H)](
+    lean(_decode_split)[(n_splits, B * H)](
         q.contiguous(), dummy if k is None else k.contiguous(), v.contiguous(),
         k_ids.contiguous() if sparse else index, k_vals.contiguous() if sparse else dummy,
         index.contiguous(), slot.contiguous(), lo.to(torch.int32).contiguous(), count.to(torch.int32).contiguous(),

@@ -1,16 +1,18 @@
 """The layout and ranges stages fused into Triton kernels: the same index tensors as
-:func:`tilesparse.ir.prepare_group`, in five launches instead of ~70 small torch ops.
+:func:`tilesparse.ir.prepare_group`, in three or four launches instead of ~70 small torch ops
+(one for the identity layout).
 
 1. ``_sort_keys`` (one launch, both sides): key = bucket * T + position for a kept row,
    ``big + position`` for a dropped one (int32), and per chunk of rows a histogram of the
    rows' categories (the bucket, or ``buckets`` for a dropped row);
-2. ``_scan_counts`` and ``_scatter_sorted`` (one launch each, both sides): a stable counting
-   sort of the keys by category. Positions ascend within a chunk and chunks ascend, so the
+2. ``_scan_counts`` and ``_scatter_sorted`` (one launch each, both sides; the scatter alone
+   while a side's chunk counts are few, ``_FUSED_SCAN``): a stable counting sort of the keys
+   by category. Positions ascend within a chunk and chunks ascend, so the
    result is the keys in ascending order, as a sort would give, in O(T); a row's destination
    is its category's start, plus the rows of that category in earlier chunks, plus those
    before it in its own chunk (skipped for the identity layout);
-3. ``_build_side`` (one launch per side): per block of the layout, the int32 row order,
-   position and bucket of every row, the bucket segments (run starts and ends found from the
+3. ``_build_sides`` (one launch, both sides): per block of the layout, the int32 row
+   order, position and bucket of every row, the bucket segments (run starts and ends found from the
    neighbouring keys, numbered with a cumulative sum) and each segment's row range on the
    other side, by vectorized binary searches in the other side's sorted keys.
 
@@ -43,6 +45,7 @@ from ...ir import (
     max_segments,
 )
 from ...ir.prepare import assemble_group, select_heads
+from .launch import lean
 from .op import predicate_flags
 
 __all__ = ["build_group", "index_build_reasons"]
@@ -107,9 +110,11 @@ def _scan_counts(COUNTS, n_chunks, CAT_PAD: tl.constexpr, CHUNKS: tl.constexpr):
 
 @triton.jit(do_not_specialize=["seqlen", "big", "n_chunks"])
 def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
-                    N_CAT: tl.constexpr, CAT_PAD: tl.constexpr, BLOCK: tl.constexpr):
+                    N_CAT: tl.constexpr, CAT_PAD: tl.constexpr, BLOCK: tl.constexpr,
+                    FUSED_SCAN: tl.constexpr, CHUNKS_PAD: tl.constexpr):
     """Each row of one chunk to its place in the sorted order: its key to SKEY, its position
-    to ORDER."""
+    to ORDER. FUSED_SCAN: OFFSETS holds the raw counts (no ``_scan_counts`` launch) and each
+    program sums its side's (at most CHUNKS_PAD) chunks itself: the same starts."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     side = tl.program_id(2)
@@ -120,7 +125,16 @@ def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
     cat = tl.where(key < big, key // seqlen, N_CAT - 1)
     cats = tl.arange(0, CAT_PAD)
     one_hot = ((cat[:, None] == cats[None, :]) & ok[:, None]).to(tl.int32)
-    start = tl.load(OFFSETS + ((side * tl.num_programs(1) + bh).to(tl.int64) * n_chunks + pid) * CAT_PAD + cats)
+    if FUSED_SCAN:
+        # category start (every chunk's rows of earlier categories) + earlier chunks' rows
+        chunks = tl.arange(0, CHUNKS_PAD)
+        ptrs = OFFSETS + (side * tl.num_programs(1) + bh).to(tl.int64) * n_chunks * CAT_PAD
+        counts = tl.load(ptrs + chunks[:, None] * CAT_PAD + cats[None, :], mask=(chunks < n_chunks)[:, None], other=0)
+        total = tl.sum(counts, 0)
+        earlier = tl.sum(tl.where((chunks < pid)[:, None], counts, 0), 0)
+        start = tl.cumsum(total, 0) - total + earlier
+    else:
+        start = tl.load(OFFSETS + ((side * tl.num_programs(1) + bh).to(tl.int64) * n_chunks + pid) * CAT_PAD + cats)
     # rows of the same category before this one in the chunk, plus where the chunk's start
     before = tl.sum((tl.cumsum(one_hot, 0) - one_hot) * one_hot, 1)
     dest = tl.sum(one_hot * start[None, :], 1) + before
@@ -151,7 +165,7 @@ def _bound(OTHER, target, seqlen, n_steps, RIGHT: tl.constexpr, IDENTITY: tl.con
     return lo
 
 
-@triton.jit(do_not_specialize=["seqlen", "n_blocks", "big", "n_steps"])
+@triton.jit
 def _build_side(SKEY, ORDER, OTHER, ORDER_OUT, POS_OUT, BKT_OUT, RANGES, NSEG,
                 seqlen, n_blocks, big, n_steps,
                 SENTINEL: tl.constexpr, DROPPED_BUCKET: tl.constexpr,
@@ -240,6 +254,29 @@ def _build_side(SKEY, ORDER, OTHER, ORDER_OUT, POS_OUT, BKT_OUT, RANGES, NSEG,
         tl.store(rng + lane * 4 + j, zero, mask=unused)
 
 
+@triton.jit(do_not_specialize=["seqlen", "nb_q", "nb_k", "big", "n_steps"])
+def _build_sides(Q_SKEY, Q_ORDER, K_SKEY, K_ORDER,
+                 Q_ORDER_OUT, Q_POS_OUT, Q_BKT_OUT, Q_RANGES, Q_NSEG,
+                 K_ORDER_OUT, K_POS_OUT, K_BKT_OUT, K_RANGES, K_NSEG,
+                 seqlen, nb_q, nb_k, big, n_steps,
+                 Q_SENTINEL: tl.constexpr, K_SENTINEL: tl.constexpr, Q_DROPPED: tl.constexpr, K_DROPPED: tl.constexpr,
+                 BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SEG_Q: tl.constexpr, SEG_K: tl.constexpr,
+                 CAUSAL: tl.constexpr, STRICT: tl.constexpr, NOT_SELF: tl.constexpr, IDENTITY: tl.constexpr):
+    """Both sides' :func:`_build_side` in one launch: programs (block, batch x head, side); a
+    program past its side's blocks has nothing to do (the sides' block counts differ)."""
+    pid = tl.program_id(0)
+    if tl.program_id(2) == 0:
+        if pid < nb_q:
+            _build_side(Q_SKEY, Q_ORDER, K_SKEY, Q_ORDER_OUT, Q_POS_OUT, Q_BKT_OUT, Q_RANGES, Q_NSEG,
+                        seqlen, nb_q, big, n_steps, Q_SENTINEL, Q_DROPPED, BLOCK_Q, SEG_Q, True,
+                        CAUSAL, STRICT, NOT_SELF, IDENTITY)
+    else:
+        if pid < nb_k:
+            _build_side(K_SKEY, K_ORDER, Q_SKEY, K_ORDER_OUT, K_POS_OUT, K_BKT_OUT, K_RANGES, K_NSEG,
+                        seqlen, nb_k, big, n_steps, K_SENTINEL, K_DROPPED, BLOCK_K, SEG_K, False,
+                        CAUSAL, STRICT, NOT_SELF, IDENTITY)
+
+
 @dataclass(frozen=True)
 class _Static:
     """What a group's index build launches with that only the sizes determine (cached)."""
@@ -256,16 +293,25 @@ class _Static:
     sort_block: int
     n_chunks: int
     scan_chunks: int
+    # the scatter reads every chunk's counts itself (no scan launch): while they are few
+    fused_scan: bool
+    chunks_pad: int
     flags: dict
     # per side: (blocks, rows per block, segment slots, sentinel, dropped bucket)
     sides: tuple[tuple[int, int, int, int, int], tuple[int, int, int, int, int]]
     # int32 elements of the one buffer every index tensor is a view of (keys unless identity,
     # then per side order, pos, bucket, ranges, nseg), each view starting 16-byte aligned
     total: int
+    # (shape, strides, offset) of each view, in that order: the sort's scratch (keys, counts,
+    # then per side its sorted keys and order) unless identity, then per side the five outputs
+    views: tuple = ()
 
 
 # elements of a (rows x categories) one-hot tile in the counting sort's kernels
 _ONE_HOT = 8192
+# most (chunks x categories) counts each scatter program sums itself instead of a scan launch:
+# one launch fewer while the counts are small (T <= 16k at 16 buckets), no quadratic reads beyond
+_FUSED_SCAN = 2048
 
 
 def _sort_block(cat_pad: int) -> int:
@@ -315,6 +361,9 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
         S = max_segments(block, group.buckets)
         sides.append((nb, block, S, sentinel, dropped))
         total += 3 * _aligned(B * Hg * T) + _aligned(B * Hg * nb * S * 4) + _aligned(B * Hg * nb)
+    fused_scan = triton.next_power_of_2(n_chunks) * cat_pad <= _FUSED_SCAN
+    views, used = _views(identity, B, Hg, T, n_chunks, cat_pad, sides)
+    assert used == total, f"index views end at {used}, the buffer holds {total}"
     return _Static(
         identity=identity,
         keep=group.has(Keep),
@@ -326,10 +375,45 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
         sort_block=sort_block,
         n_chunks=n_chunks,
         scan_chunks=max(1, min(triton.next_power_of_2(n_chunks), _ONE_HOT // 4 // cat_pad)),
+        fused_scan=fused_scan,
+        chunks_pad=triton.next_power_of_2(n_chunks) if fused_scan else 1,
         flags=flags,
         sides=tuple(sides),
         total=total,
+        views=views,
     )
+
+
+def _views(identity: bool, B: int, Hg: int, T: int, n_chunks: int, cat_pad: int, sides) -> tuple:
+    """Where each index tensor lies in the build's one buffer (see ``_Static.views``)."""
+    out = []
+    used = 0
+
+    def take(*shape: int, at: int | None = None) -> None:
+        nonlocal used
+        strides = [1] * len(shape)
+        for i in range(len(shape) - 2, -1, -1):
+            strides[i] = strides[i + 1] * shape[i + 1]
+        out.append((tuple(shape), tuple(strides), used if at is None else at))
+        if at is None:
+            used += _aligned(math.prod(shape))
+
+    if not identity:
+        n = B * Hg * T
+        take(2, B, Hg, T)  # unsorted keys, both sides
+        skeys, order = used, used + _aligned(2 * n)
+        used += 2 * _aligned(2 * n)
+        take(2, B * Hg, n_chunks, cat_pad)
+        for start in (skeys, order):  # each side's sorted keys, then each side's order
+            take(B, Hg, T, at=start)
+            take(B, Hg, T, at=start + n)
+    for nb, _, S, _, _ in sides:
+        take(B, Hg, T)
+        take(B, Hg, T)
+        take(B, Hg, T)
+        take(B, Hg, nb, S, 4)
+        take(B, Hg, nb)
+    return tuple(out), used
 
 
 def build_group(
@@ -348,44 +432,35 @@ def build_group(
     st = _static(group, program.block_q, program.block_k, B, Hg, T)
     # every index tensor is a view of one int32 buffer: one allocation per call
     buf = torch.empty(st.total, dtype=torch.int32, device=device)
-    used = 0
-
-    def take(*shape: int) -> torch.Tensor:
-        nonlocal used
-        n = math.prod(shape)
-        t = buf[used : used + n].view(shape)
-        used += _aligned(n)
-        return t
-
+    views = [buf.as_strided(*v) for v in st.views]
     sorted_keys: list[torch.Tensor | None] = [None, None]
     orders: list[torch.Tensor | None] = [None, None]
     if not st.identity:
         sel = lambda t: select_heads(t, heads, n_heads).contiguous()  # noqa: E731
-        keys, skeys, order = take(2, B, Hg, T), take(2, B, Hg, T), take(2, B, Hg, T)
-        counts = take(2, B * Hg, st.n_chunks, st.cat_pad)
+        keys, counts, skey0, skey1, order0, order1 = views[:6]
+        views = views[6:]
+        skeys, order = skey0, order0  # both sides, from side 0's start
         q_keep, k_keep = (sel(dec.q_keep), sel(dec.k_keep)) if st.keep else (keys, keys)
         q_bkt, k_bkt = (sel(dec.q_bucket), sel(dec.k_bucket)) if st.has_bucket else (keys, keys)
         grid = (st.n_chunks, B * Hg, 2)
         sort = dict(N_CAT=st.n_cat, CAT_PAD=st.cat_pad, BLOCK=st.sort_block)
-        _sort_keys[grid](
+        lean(_sort_keys)[grid](
             q_keep, k_keep, q_bkt, k_bkt, keys, counts, T, st.big, st.n_chunks,
             HAS_KEEP=st.keep, HAS_BUCKET=st.has_bucket, **sort,
         )  # fmt: skip
-        _scan_counts[(2 * B * Hg,)](counts, st.n_chunks, CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
-        _scatter_sorted[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort)
-        sorted_keys, orders = [skeys[0], skeys[1]], [order[0], order[1]]
-    out = {}
-    for side, (nb, block, S, sentinel, dropped) in enumerate(st.sides):
-        order_out, pos_out, bkt_out = take(B, Hg, T), take(B, Hg, T), take(B, Hg, T)
-        ranges = take(B, Hg, nb, S, 4)
-        nseg = take(B, Hg, nb)
-        skey, other = sorted_keys[side], sorted_keys[1 - side]
-        dummy = order_out  # identity reads no keys
-        _build_side[(nb, B * Hg)](
-            dummy if skey is None else skey, dummy if orders[side] is None else orders[side],
-            dummy if other is None else other, order_out, pos_out, bkt_out, ranges, nseg,
-            T, nb, st.big, st.n_steps,
-            SENTINEL=sentinel, DROPPED_BUCKET=dropped, BLOCK=block, MAX_SEG=S, QUERY_SIDE=side == 0, **st.flags,
-        )  # fmt: skip
-        out[side] = (order_out, pos_out, bkt_out, ranges, nseg)
-    return assemble_group(program, group, heads, dec, n_heads, T, device, out[0], out[1])
+        if not st.fused_scan:
+            lean(_scan_counts)[(2 * B * Hg,)](counts, st.n_chunks, CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
+        lean(_scatter_sorted)[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort,
+                                    FUSED_SCAN=st.fused_scan, CHUNKS_PAD=st.chunks_pad)  # fmt: skip
+        sorted_keys, orders = [skey0, skey1], [order0, order1]
+    q_out, k_out = tuple(views[:5]), tuple(views[5:10])
+    dummy = q_out[0]  # identity reads no keys
+    (nb_q, block_q, seg_q, q_sentinel, q_dropped), (nb_k, block_k, seg_k, k_sentinel, k_dropped) = st.sides
+    lean(_build_sides)[(max(nb_q, nb_k), B * Hg, 2)](
+        dummy if sorted_keys[0] is None else sorted_keys[0], dummy if orders[0] is None else orders[0],
+        dummy if sorted_keys[1] is None else sorted_keys[1], dummy if orders[1] is None else orders[1],
+        *q_out, *k_out, T, nb_q, nb_k, st.big, st.n_steps,
+        Q_SENTINEL=q_sentinel, K_SENTINEL=k_sentinel, Q_DROPPED=q_dropped, K_DROPPED=k_dropped,
+        BLOCK_Q=block_q, BLOCK_K=block_k, SEG_Q=seg_q, SEG_K=seg_k, **st.flags,
+    )  # fmt: skip
+    return assemble_group(program, group, heads, dec, n_heads, T, device, q_out, k_out)

@@ -224,13 +224,15 @@ def index_variants() -> list[tuple[str, dict]]:
         for keep, bucket in ((True, False), (False, True), (True, True)):
             out.append(("_sort_keys", dict(HAS_KEEP=keep, HAS_BUCKET=bucket, N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block)))
         out.append(("_scan_counts", dict(CAT_PAD=cat_pad, CHUNKS=max(1, index._ONE_HOT // 4 // cat_pad))))
-        out.append(("_scatter_sorted", dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block)))
-    for query_side in (True, False):
-        for causal, strict, not_self, identity in ((True, False, False, False), (True, True, False, True), (False, False, True, False)):
-            out.append(("_build_side", dict(
-                SENTINEL=QUERY_SENTINEL if query_side else KEY_SENTINEL, DROPPED_BUCKET=-1, BLOCK=128, MAX_SEG=16, QUERY_SIDE=query_side,
-                CAUSAL=causal, STRICT=strict, NOT_SELF=not_self, IDENTITY=identity,
-            )))  # fmt: skip
+        out.append(("_scatter_sorted", dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block, FUSED_SCAN=False, CHUNKS_PAD=1)))
+        if cat_pad <= index._FUSED_SCAN:
+            fused = dict(FUSED_SCAN=True, CHUNKS_PAD=index._FUSED_SCAN // cat_pad)
+            out.append(("_scatter_sorted", dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block, **fused)))
+    for causal, strict, not_self, identity in ((True, False, False, False), (True, True, False, True), (False, False, True, False)):
+        out.append(("_build_sides", dict(
+            Q_SENTINEL=QUERY_SENTINEL, K_SENTINEL=KEY_SENTINEL, Q_DROPPED=-1, K_DROPPED=-2, BLOCK_Q=128, BLOCK_K=64,
+            SEG_Q=16, SEG_K=16, CAUSAL=causal, STRICT=strict, NOT_SELF=not_self, IDENTITY=identity,
+        )))  # fmt: skip
     return out
 
 

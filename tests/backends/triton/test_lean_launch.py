@@ -1,0 +1,177 @@
+"""The lean launch path's cache key and fallbacks, on the CPU with a stand-in kernel.
+
+The GPU test (tests/gpu/test_lean_launch_gpu.py) checks the launches themselves give bitwise
+the normal path's results.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from tilesparse.backends.triton.launch import LEAN_TRITON, LeanKernel, arg_key, lean, lean_supported  # noqa: E402
+
+
+class _Param:
+    def __init__(self, name: str, constexpr: bool, default=None):
+        self.name, self.is_constexpr = name, constexpr
+        self.has_default, self.default = default is not None, default
+
+
+class _Compiled:
+    """What Triton's normal path returns: a compiled kernel whose ``run`` launches it."""
+
+    function = "fn-handle"
+    packed_metadata = ("meta",)
+
+    def __init__(self, log: list):
+        self.log = log
+
+    def run(self, *a):
+        self.log.append(("lean", a))
+
+
+class _Kernel:
+    """A stand-in for a ``@triton.jit`` kernel: X, n, scale, then BLOCK and FLAG (default 0)."""
+
+    def __init__(self, names=("X", "n", "scale", "BLOCK", "FLAG"), constexprs=(3, 4)):
+        self.arg_names = list(names)
+        self.constexprs = list(constexprs)
+        self.params = [_Param(n, i in constexprs, 0 if n == "FLAG" else None) for i, n in enumerate(names)]
+        self.log: list = []
+        self.__name__ = "stand_in"
+
+    def __getitem__(self, grid):
+        def run(*args, **constants):
+            self.log.append(("normal", grid, args, constants))
+            return _Compiled(self.log)
+
+        return run
+
+
+def _lean(fn) -> LeanKernel:
+    k = LeanKernel(fn, enabled=True)
+    k._device = lambda: 0
+    k._stream = lambda device: 7
+    return k
+
+
+def test_a_hit_launches_the_compiled_kernel_with_the_arguments_in_order():
+    fn = _Kernel()
+    k = _lean(fn)
+    x = torch.zeros(8)
+    k[(3, 2)](x, 5, 0.5, BLOCK=32, num_warps=4)
+    assert [e[0] for e in fn.log] == ["normal"] and fn.log[0][3] == {"BLOCK": 32, "num_warps": 4}
+    k[(3, 2)](x, 7, 0.25, BLOCK=32, num_warps=4)
+    kind, a = fn.log[1]
+    assert kind == "lean"
+    # grid (z defaults to 1), stream, handle, metadata, no launch metadata or hooks, runtime
+    # arguments, then the constants in parameter order (FLAG from its default)
+    assert a == (3, 2, 1, 7, "fn-handle", ("meta",), None, None, None, x, 7, 0.25, 32, 0)
+    assert (k.hits, k.misses) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ((torch.zeros(8), 5), (torch.zeros(8)[1:], 5)),  # alignment
+        ((torch.zeros(8), 5), (torch.zeros(8, dtype=torch.float64), 5)),  # dtype
+        ((torch.zeros(8), 2), (torch.zeros(8), 1)),  # Triton makes a 1 a constant
+        ((torch.zeros(8), 2), (torch.zeros(8), 32)),  # multiples of 16 are marked
+        ((torch.zeros(8), 32), (torch.zeros(8), 2**32)),  # int64
+    ],
+)
+def test_what_triton_specializes_on_compiles_again(first, second):
+    fn = _Kernel()
+    k = _lean(fn)
+    k[(1,)](*first, 0.5, BLOCK=32)
+    k[(1,)](*second, 0.5, BLOCK=32)
+    assert [e[0] for e in fn.log] == ["normal", "normal"]
+
+
+def test_constants_and_options_are_in_the_key():
+    fn = _Kernel()
+    k = _lean(fn)
+    x = torch.zeros(8)
+    k[(1,)](x, 5, 0.5, BLOCK=32)
+    k[(1,)](x, 5, 0.5, BLOCK=64)
+    k[(1,)](x, 5, 0.5, BLOCK=64, num_warps=8)
+    k[(1,)](x, 21, 0.1, BLOCK=64, num_warps=8)
+    assert [e[0] for e in fn.log] == ["normal", "normal", "normal", "lean"]
+
+
+def test_a_launch_hook_takes_the_normal_path():
+    fn = _Kernel()
+    k = _lean(fn)
+    x = torch.zeros(8)
+    k[(1,)](x, 5, 0.5, BLOCK=32)
+    seen = []
+    hook = seen.append
+    triton.knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        k[(1,)](x, 5, 0.5, BLOCK=32)
+    finally:
+        triton.knobs.runtime.launch_enter_hook.remove(hook)
+    k[(1,)](x, 5, 0.5, BLOCK=32)
+    assert [e[0] for e in fn.log] == ["normal", "normal", "lean"]
+
+
+def test_disabled_or_leading_constants_take_the_normal_path():
+    fn = _Kernel()
+    k = LeanKernel(fn, enabled=False)
+    x = torch.zeros(8)
+    for _ in range(2):
+        k[(1,)](x, 5, 0.5, BLOCK=32)
+    assert [e[0] for e in fn.log] == ["normal", "normal"]
+    # a compile-time parameter before a runtime one: the launcher's argument order is unknown
+    assert not LeanKernel(_Kernel(names=("BLOCK", "X", "n"), constexprs=(0,))).enabled
+
+
+def test_the_interpreter_and_unchecked_triton_versions_take_the_normal_path():
+    from tilesparse.backends.triton import kernels
+    from tilesparse.backends.triton.op import interpreting
+
+    assert lean_supported((3, 6)) and not lean_supported((3, 5)) and not lean_supported((9, 9))
+    assert lean_supported() == (tuple(int(p) for p in triton.__version__.split(".")[:2]) in LEAN_TRITON)
+    if interpreting():
+        assert not lean(kernels._attn_fwd).enabled
+    assert lean(kernels._attn_fwd) is lean(kernels._attn_fwd)
+
+
+_VALUES = [0, 1, 2, 15, 16, 17, 32, -1, -16, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**32, 2**63 - 1, 2**63, 0.5, 1.0,
+           True, False, None]  # fmt: skip
+
+
+def test_the_key_is_at_least_as_fine_as_tritons():
+    """Two arguments with one lean key have one Triton specialization (the installed Triton's)."""
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import native_specialize_impl
+
+    base = torch.zeros(64)
+    tensors = [base, base[1:], base[4:], base.to(torch.bfloat16), base.to(torch.int32)[2:], base.to(torch.bool)]
+    args = _VALUES + tensors
+    by_key: dict = {}
+    for a in args:
+        spec = native_specialize_impl(BaseBackend, a, False, True, True)
+        by_key.setdefault(arg_key([a]), set()).add(repr(spec))
+    assert all(len(specs) == 1 for specs in by_key.values()), by_key
+
+
+def test_an_unknown_argument_type_is_a_clear_error():
+    with pytest.raises(TypeError, match="argument of type str"):
+        arg_key(["x"])
+
+
+def test_normal_launches_switches_the_lean_path_off_inside_the_block():
+    from tilesparse.backends.triton.launch import normal_launches
+
+    fn = _Kernel()
+    k = _lean(fn)
+    x = torch.zeros(8)
+    k[(1,)](x, 5, 0.5, BLOCK=32)
+    with normal_launches():
+        k[(1,)](x, 5, 0.5, BLOCK=32)
+    k[(1,)](x, 5, 0.5, BLOCK=32)
+    assert [e[0] for e in fn.log] == ["normal", "normal", "lean"]

@@ -1,0 +1,54 @@
+"""The lean launch path gives bitwise the results of Triton's normal ``kernel[grid]`` path,
+forward and backward, index build included, for every built-in pattern (GPU only)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilesparse as ts
+from tilesparse.backends.triton import index, kernels
+from tilesparse.backends.triton.launch import lean, lean_supported, normal_launches
+
+DEVICE = torch.device("cuda")
+
+SPECS = {
+    "dense": ts.Dense(),
+    "keep0.5": ts.QKDrop(keep=0.5),
+    "hash16": ts.Hash(buckets=16),
+    "hash64": ts.Hash(buckets=64),
+    "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)]),
+    "perhead": ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=4)),
+    "topk8": ts.TopKFeatures(k=8),
+}
+KERNELS = (kernels._attn_fwd, kernels._attn_bwd_dq, kernels._attn_bwd_dkdv, index._sort_keys, index._build_sides)
+
+
+def _run(attn, q, k, v, dec, go):
+    out = attn(q, k, v, decisions=dec)
+    grads = torch.autograd.grad(out, (q, k, v), go)
+    return (out, *grads)
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+@pytest.mark.parametrize("shape", [(2, 4, 4, 64, 1000), (1, 8, 2, 128, 777)], ids=["mha-d64", "gqa-d128"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_lean_path_is_bitwise_the_normal_path(name, shape, causal):
+    if not lean_supported():
+        pytest.skip(f"the lean path is off on Triton {__import__('triton').__version__} (normal path only)")
+    B, H, Hkv, D, T = shape
+    attn = ts.compile(SPECS[name], causal=causal, backend="triton")
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    hits = sum(lean(f).hits for f in KERNELS)
+    for step in range(3):  # the first lean call of a new key compiles through the normal path
+        q = torch.randn((B, H, T, D), device=DEVICE, dtype=torch.bfloat16, generator=gen, requires_grad=True)
+        k, v = (torch.randn((B, Hkv, T, D), device=DEVICE, dtype=torch.bfloat16, generator=gen, requires_grad=True)
+                for _ in range(2))  # fmt: skip
+        go = torch.randn_like(q)
+        dec = attn.decide(q, k)
+        with normal_launches():
+            want = _run(attn, q, k, v, dec, go)
+        got = _run(attn, q, k, v, dec, go)
+        for w, g, what in zip(want, got, ("out", "dq", "dk", "dv"), strict=True):
+            assert torch.equal(w, g), f"{name} step {step}: {what} differs between the lean and the normal path"
+    assert sum(lean(f).hits for f in KERNELS) > hits, "the lean path never launched"

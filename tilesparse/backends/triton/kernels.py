@@ -104,8 +104,12 @@ def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
                     lo, hi, qk_scale, seqlen, offs_d, d_ok,
                     BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
                     STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
-                    PRECISION: tl.constexpr):
-    """Online softmax over key tiles [lo, hi) of one query block."""
+                    PRECISION: tl.constexpr, SANITIZE: tl.constexpr = False):
+    """Online softmax over key tiles [lo, hi) of one query block.
+
+    With SANITIZE (masked tiles of inputs holding an inf or NaN) a key's non-finite v reads as
+    0 and a row that keeps such a key gets a NaN probability for it instead: 0 * inf never
+    reaches the rows that do not keep it, and the rows that do output NaN."""
     for n in range(lo, hi):
         offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = offs_n < seqlen
@@ -130,14 +134,40 @@ def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
         alpha = tl.math.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_base + k_rows[:, None] * stride_vt + offs_d[None, :], mask=d_ok[None, :], other=0.0)
+        if SANITIZE:
+            v_fin = tl.abs(v) < float("inf")
+            v_bad = tl.max(tl.where(v_fin, 0, 1), 1)
+            v = tl.where(v_fin, v, 0.0)
+            # NaN * 0 = NaN in the product: the row's output (not its lse) ends NaN
+            p = tl.where(keep & (v_bad != 0)[None, :], float("nan"), p)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
     return acc, l_i, m_i
 
 
+@triton.jit
+def _attn_fwd_masked(acc, l_i, m_i, q, q_pos, q_bkt,
+                     k_base, v_base, stride_kt, stride_vt, K_ORDER, K_POS, K_BKT,
+                     lo, hi, qk_scale, seqlen, offs_d, d_ok, nonfinite,
+                     BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                     STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
+                     PRECISION: tl.constexpr):
+    """The masked tiles [lo, hi): the sanitizing loop when the call's inputs hold an inf or
+    NaN (``nonfinite``, one flag for the whole launch), else the unchanged one."""
+    if nonfinite:
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                        K_ORDER, K_POS, K_BKT, lo, hi, qk_scale, seqlen, offs_d, d_ok,
+                                        BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, True)
+    else:
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                        K_ORDER, K_POS, K_BKT, lo, hi, qk_scale, seqlen, offs_d, d_ok,
+                                        BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+    return acc, l_i, m_i
+
+
 @triton.jit(do_not_specialize=_RUNTIME)
 def _attn_fwd(Q, K, V, O, LSE,
-              Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP,
+              Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP, NONFINITE,
               stride_qb, stride_qh, stride_qt,
               stride_kb, stride_kh, stride_kt,
               stride_vb, stride_vh, stride_vt,
@@ -172,22 +202,23 @@ def _attn_fwd(Q, K, V, O, LSE,
     k_order = K_ORDER + row_base_k
     k_posp = K_POS + row_base_k
     k_bktp = K_BKT + row_base_k
+    nonfinite = tl.load(NONFINITE) != 0
     for s in range(nseg):
         lo, f0, f1, hi = _tiles(rng, s, BLOCK_N)
         if SINGLE_LOOP:
             # one pipelined loop over the segment, every tile masked (short segments)
             f0 = hi
             f1 = hi
-        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                        k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
-                                        BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+        acc, l_i, m_i = _attn_fwd_masked(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                         k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok, nonfinite,
+                                         BLOCK_N, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
         if not SINGLE_LOOP:
             acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                             k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen_k, offs_d, d_ok,
                                             BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
-            acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                            k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok,
-                                            BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+            acc, l_i, m_i = _attn_fwd_masked(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                             k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok,
+                                             nonfinite, BLOCK_N, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
 
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
@@ -210,8 +241,12 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
                          lo, hi, qk_scale, seqlen, offs_d, d_ok,
                          BLOCK_M: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
                          STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
-                         PRECISION: tl.constexpr):
-    """Accumulate dK, dV of one key block over query tiles [lo, hi); tiles are (keys x queries)."""
+                         PRECISION: tl.constexpr, SANITIZE: tl.constexpr = False):
+    """Accumulate dK, dV of one key block over query tiles [lo, hi); tiles are (keys x queries).
+
+    With SANITIZE (masked tiles of inputs holding an inf or NaN) non-finite q and dO read as 0
+    and a query whose delta is not finite (its output or dO is not) gets NaN probabilities on
+    the keys it keeps, zeros elsewhere: 0 * inf reaches only the keys a bad row keeps."""
     for m in range(lo, hi):
         offs_m = m * BLOCK_M + tl.arange(0, BLOCK_M)
         m_ok = offs_m < seqlen
@@ -227,19 +262,47 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
                 q_bkt = tl.load(Q_BKT + offs_m, mask=m_ok, other=-1)
             keep = _tile_keep(q_pos[None, :], k_pos[:, None], q_bkt[None, :], k_bkt[:, None],
                               CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
+            if SANITIZE:
+                di = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
+                row_bad = ~(tl.abs(di) < float("inf"))
+                di = tl.where(row_bad, 0.0, di)
+                pT = tl.where(row_bad[None, :], float("nan"), pT)
+                qT = tl.where(tl.abs(qT) < float("inf"), qT, 0.0)
             pT = tl.where(keep, pT, 0.0)
         do = tl.load(do_base + q_rows[:, None] * stride_dot + offs_d[None, :], mask=d_ok[None, :], other=0.0)
+        if SANITIZE:
+            do = tl.where(tl.abs(do) < float("inf"), do, 0.0)
         dv += tl.dot(pT.to(do.dtype), do, input_precision=PRECISION)
-        di = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
+        if not SANITIZE:
+            di = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
         dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         dsT = pT * (dpT - di[None, :])
         dk += tl.dot(dsT.to(qT.dtype), tl.trans(qT), input_precision=PRECISION)
     return dk, dv
 
 
+@triton.jit
+def _attn_bwd_dkdv_masked(dk, dv, k, v, k_pos, k_bkt,
+                          q_base, do_base, stride_qt, stride_dot, Q_ORDER, Q_POS, Q_BKT, LSE, DELTA,
+                          lo, hi, qk_scale, seqlen, offs_d, d_ok, nonfinite,
+                          BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
+                          STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
+                          PRECISION: tl.constexpr):
+    """The masked query tiles [lo, hi): sanitizing when the call's inputs hold an inf or NaN."""
+    if nonfinite:
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
+                                      Q_ORDER, Q_POS, Q_BKT, LSE, DELTA, lo, hi, qk_scale, seqlen, offs_d, d_ok,
+                                      BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, True)
+    else:
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
+                                      Q_ORDER, Q_POS, Q_BKT, LSE, DELTA, lo, hi, qk_scale, seqlen, offs_d, d_ok,
+                                      BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+    return dk, dv
+
+
 @triton.jit(do_not_specialize=_RUNTIME)
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
-                   Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP,
+                   Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP, NONFINITE,
                    stride_qb, stride_qh, stride_qt,
                    stride_kb, stride_kh, stride_kt,
                    stride_vb, stride_vh, stride_vt,
@@ -266,6 +329,11 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                 + k_rows[:, None] * stride_kt + offs_d[None, :], mask=kv_ok, other=0.0)
     v = tl.load(V + b.to(tl.int64) * stride_vb + (h // V_GROUP).to(tl.int64) * stride_vh
                 + k_rows[:, None] * stride_vt + offs_d[None, :], mask=kv_ok, other=0.0)
+    nonfinite = tl.load(NONFINITE) != 0
+    if nonfinite:
+        # a non-finite v row reads as 0: the keys' dP stay finite (a row keeping the key has a
+        # non-finite output, hence delta, and poisons the key's gradients in the tiles)
+        v = tl.where(tl.abs(v) < float("inf"), v, 0.0)
     q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
     do_base = DO + b.to(tl.int64) * stride_dob + hg.to(tl.int64) * stride_doh
 
@@ -283,19 +351,19 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
         if SINGLE_LOOP:
             f0 = hi
             f1 = hi
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
-                                      q_order, q_posp, q_bktp, lsep, deltap, lo, f0, qk_scale, seqlen,
-                                      offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
-                                      PRECISION)
+        dk, dv = _attn_bwd_dkdv_masked(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
+                                       q_order, q_posp, q_bktp, lsep, deltap, lo, f0, qk_scale, seqlen,
+                                       offs_d, d_ok, nonfinite, BLOCK_M, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
+                                       PRECISION)
         if not SINGLE_LOOP:
             dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                           q_order, q_posp, q_bktp, lsep, deltap, f0, f1, qk_scale, seqlen,
                                           offs_d, d_ok, BLOCK_M, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
                                           PRECISION)
-            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
-                                          q_order, q_posp, q_bktp, lsep, deltap, f1, hi, qk_scale, seqlen,
-                                          offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
-                                          PRECISION)
+            dk, dv = _attn_bwd_dkdv_masked(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
+                                           q_order, q_posp, q_bktp, lsep, deltap, f1, hi, qk_scale, seqlen,
+                                           offs_d, d_ok, nonfinite, BLOCK_M, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
+                                           PRECISION)
 
     # dK, dV go to original rows: of this query head's buffer, or straight into the kv head
     if DKV_PER_QUERY_HEAD:
@@ -315,8 +383,12 @@ def _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt,
                        lo, hi, qk_scale, seqlen, offs_d, d_ok,
                        BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
                        STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
-                       PRECISION: tl.constexpr):
-    """Accumulate dQ of one query block over key tiles [lo, hi)."""
+                       PRECISION: tl.constexpr, SANITIZE: tl.constexpr = False):
+    """Accumulate dQ of one query block over key tiles [lo, hi).
+
+    With SANITIZE (masked tiles of inputs holding an inf or NaN) non-finite k and v read as 0
+    in dP and in the dQ product, after the scores: a row keeping a non-finite key still has a
+    non-finite lse or delta from the forward pass, so its dQ ends non-finite, and no other's."""
     for n in range(lo, hi):
         offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = offs_n < seqlen
@@ -333,15 +405,37 @@ def _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt,
             keep = _tile_keep(q_pos[:, None], k_pos[None, :], q_bkt[:, None], k_bkt[None, :],
                               CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
             p = tl.where(keep, p, 0.0)
+            if SANITIZE:
+                kT = tl.where(tl.abs(kT) < float("inf"), kT, 0.0)
+                vT = tl.where(tl.abs(vT) < float("inf"), vT, 0.0)
         dp = tl.dot(do, vT, input_precision=PRECISION)
         ds = p * (dp - di[:, None])
         dq += tl.dot(ds.to(kT.dtype), tl.trans(kT), input_precision=PRECISION)
     return dq
 
 
+@triton.jit
+def _attn_bwd_dq_masked(dq, q, do, lse, di, q_pos, q_bkt,
+                        k_base, v_base, stride_kt, stride_vt, K_ORDER, K_POS, K_BKT,
+                        lo, hi, qk_scale, seqlen, offs_d, d_ok, nonfinite,
+                        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                        STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
+                        PRECISION: tl.constexpr):
+    """The masked key tiles [lo, hi): sanitizing when the call's inputs hold an inf or NaN."""
+    if nonfinite:
+        dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                K_ORDER, K_POS, K_BKT, lo, hi, qk_scale, seqlen, offs_d, d_ok,
+                                BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, True)
+    else:
+        dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                K_ORDER, K_POS, K_BKT, lo, hi, qk_scale, seqlen, offs_d, d_ok,
+                                BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+    return dq
+
+
 @triton.jit(do_not_specialize=_RUNTIME)
 def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
-                 Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP,
+                 Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP, NONFINITE,
                  stride_qb, stride_qh, stride_qt,
                  stride_kb, stride_kh, stride_kt,
                  stride_vb, stride_vh, stride_vt,
@@ -384,21 +478,22 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
     k_order = K_ORDER + row_base_k
     k_posp = K_POS + row_base_k
     k_bktp = K_BKT + row_base_k
+    nonfinite = tl.load(NONFINITE) != 0
     for s in range(nseg):
         lo, f0, f1, hi = _tiles(rng, s, BLOCK_N)
         if SINGLE_LOOP:
             f0 = hi
             f1 = hi
-        dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
-                                BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+        dq = _attn_bwd_dq_masked(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                 k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok, nonfinite,
+                                 BLOCK_N, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
         if not SINGLE_LOOP:
             dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                     k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen_k, offs_d, d_ok,
                                     BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
-            dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                    k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok,
-                                    BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+            dq = _attn_bwd_dq_masked(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                     k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok, nonfinite,
+                                     BLOCK_N, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
 
     dq_base = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
     tl.store(dq_base + q_rows[:, None] * stride_dqt + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),

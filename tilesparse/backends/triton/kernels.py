@@ -145,25 +145,6 @@ def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
     return acc, l_i, m_i
 
 
-@triton.jit
-def _attn_fwd_masked(acc, l_i, m_i, q, q_pos, q_bkt,
-                     k_base, v_base, stride_kt, stride_vt, K_ORDER, K_POS, K_BKT,
-                     lo, hi, qk_scale, seqlen, offs_d, d_ok, nonfinite,
-                     BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                     STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
-                     PRECISION: tl.constexpr):
-    """The masked tiles [lo, hi): the sanitizing loop when the call's inputs hold an inf or
-    NaN (``nonfinite``, one flag for the whole launch), else the unchanged one."""
-    if nonfinite:
-        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                        K_ORDER, K_POS, K_BKT, lo, hi, qk_scale, seqlen, offs_d, d_ok,
-                                        BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, True)
-    else:
-        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                        K_ORDER, K_POS, K_BKT, lo, hi, qk_scale, seqlen, offs_d, d_ok,
-                                        BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
-    return acc, l_i, m_i
-
 
 @triton.jit(do_not_specialize=_RUNTIME)
 def _attn_fwd(Q, K, V, O, LSE,
@@ -177,9 +158,12 @@ def _attn_fwd(Q, K, V, O, LSE,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
               CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
-              NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr):
+              NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
+              SANITIZE: tl.constexpr = False):
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     tl.static_assert(BLOCK_D >= 16, "tl.dot needs an inner dimension of at least 16")
+    if (tl.load(NONFINITE) != 0) != SANITIZE:
+        return  # the other variant of the pair runs this call (see nonfinite.py)
     pid_m = tl.program_id(0)
     pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
     offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
@@ -202,23 +186,22 @@ def _attn_fwd(Q, K, V, O, LSE,
     k_order = K_ORDER + row_base_k
     k_posp = K_POS + row_base_k
     k_bktp = K_BKT + row_base_k
-    nonfinite = tl.load(NONFINITE) != 0
     for s in range(nseg):
         lo, f0, f1, hi = _tiles(rng, s, BLOCK_N)
         if SINGLE_LOOP:
             # one pipelined loop over the segment, every tile masked (short segments)
             f0 = hi
             f1 = hi
-        acc, l_i, m_i = _attn_fwd_masked(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                         k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok, nonfinite,
-                                         BLOCK_N, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                        k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
+                                        BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
         if not SINGLE_LOOP:
             acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                             k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen_k, offs_d, d_ok,
                                             BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
-            acc, l_i, m_i = _attn_fwd_masked(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                             k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok,
-                                             nonfinite, BLOCK_N, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+            acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                            k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok,
+                                            BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
 
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
@@ -281,24 +264,6 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
     return dk, dv
 
 
-@triton.jit
-def _attn_bwd_dkdv_masked(dk, dv, k, v, k_pos, k_bkt,
-                          q_base, do_base, stride_qt, stride_dot, Q_ORDER, Q_POS, Q_BKT, LSE, DELTA,
-                          lo, hi, qk_scale, seqlen, offs_d, d_ok, nonfinite,
-                          BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr,
-                          STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
-                          PRECISION: tl.constexpr):
-    """The masked query tiles [lo, hi): sanitizing when the call's inputs hold an inf or NaN."""
-    if nonfinite:
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
-                                      Q_ORDER, Q_POS, Q_BKT, LSE, DELTA, lo, hi, qk_scale, seqlen, offs_d, d_ok,
-                                      BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, True)
-    else:
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
-                                      Q_ORDER, Q_POS, Q_BKT, LSE, DELTA, lo, hi, qk_scale, seqlen, offs_d, d_ok,
-                                      BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
-    return dk, dv
-
 
 @triton.jit(do_not_specialize=_RUNTIME)
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
@@ -314,9 +279,12 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                    CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
-                   NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr):
+                   NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
+                   SANITIZE: tl.constexpr = False):
     """One key block (BLOCK_N rows of the key layout) against its query-row ranges."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
+    if (tl.load(NONFINITE) != 0) != SANITIZE:
+        return  # the other variant of the pair runs this call (see nonfinite.py)
     pid_n = tl.program_id(0)
     pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
     row_base_k = pid_bh.to(tl.int64) * seqlen_k  # key rows: Tk of them (queries: Tq = seqlen)
@@ -329,8 +297,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                 + k_rows[:, None] * stride_kt + offs_d[None, :], mask=kv_ok, other=0.0)
     v = tl.load(V + b.to(tl.int64) * stride_vb + (h // V_GROUP).to(tl.int64) * stride_vh
                 + k_rows[:, None] * stride_vt + offs_d[None, :], mask=kv_ok, other=0.0)
-    nonfinite = tl.load(NONFINITE) != 0
-    if nonfinite:
+    if SANITIZE:
         # a non-finite v row reads as 0: the keys' dP stay finite (a row keeping the key has a
         # non-finite output, hence delta, and poisons the key's gradients in the tiles)
         v = tl.where(tl.abs(v) < float("inf"), v, 0.0)
@@ -351,19 +318,19 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
         if SINGLE_LOOP:
             f0 = hi
             f1 = hi
-        dk, dv = _attn_bwd_dkdv_masked(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
-                                       q_order, q_posp, q_bktp, lsep, deltap, lo, f0, qk_scale, seqlen,
-                                       offs_d, d_ok, nonfinite, BLOCK_M, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
-                                       PRECISION)
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
+                                      q_order, q_posp, q_bktp, lsep, deltap, lo, f0, qk_scale, seqlen,
+                                      offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
+                                      PRECISION, SANITIZE)
         if not SINGLE_LOOP:
             dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                           q_order, q_posp, q_bktp, lsep, deltap, f0, f1, qk_scale, seqlen,
                                           offs_d, d_ok, BLOCK_M, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
                                           PRECISION)
-            dk, dv = _attn_bwd_dkdv_masked(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
-                                           q_order, q_posp, q_bktp, lsep, deltap, f1, hi, qk_scale, seqlen,
-                                           offs_d, d_ok, nonfinite, BLOCK_M, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
-                                           PRECISION)
+            dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
+                                          q_order, q_posp, q_bktp, lsep, deltap, f1, hi, qk_scale, seqlen,
+                                          offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
+                                          PRECISION, SANITIZE)
 
     # dK, dV go to original rows: of this query head's buffer, or straight into the kv head
     if DKV_PER_QUERY_HEAD:
@@ -414,24 +381,6 @@ def _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt,
     return dq
 
 
-@triton.jit
-def _attn_bwd_dq_masked(dq, q, do, lse, di, q_pos, q_bkt,
-                        k_base, v_base, stride_kt, stride_vt, K_ORDER, K_POS, K_BKT,
-                        lo, hi, qk_scale, seqlen, offs_d, d_ok, nonfinite,
-                        BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                        STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
-                        PRECISION: tl.constexpr):
-    """The masked key tiles [lo, hi): sanitizing when the call's inputs hold an inf or NaN."""
-    if nonfinite:
-        dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                K_ORDER, K_POS, K_BKT, lo, hi, qk_scale, seqlen, offs_d, d_ok,
-                                BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, True)
-    else:
-        dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                K_ORDER, K_POS, K_BKT, lo, hi, qk_scale, seqlen, offs_d, d_ok,
-                                BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
-    return dq
-
 
 @triton.jit(do_not_specialize=_RUNTIME)
 def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
@@ -447,11 +396,14 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                  CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
-                 NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr):
+                 NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
+                 SANITIZE: tl.constexpr = False):
     """One query block against its key-row ranges (the forward pass's ranges). It also
     computes FlashAttention-2's delta = rowsum(dO * O) of its rows and stores it for the dK/dV
     kernel, which runs after it."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
+    if (tl.load(NONFINITE) != 0) != SANITIZE:
+        return  # the other variant of the pair runs this call (see nonfinite.py)
     pid_m = tl.program_id(0)
     pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
     offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
@@ -478,22 +430,21 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
     k_order = K_ORDER + row_base_k
     k_posp = K_POS + row_base_k
     k_bktp = K_BKT + row_base_k
-    nonfinite = tl.load(NONFINITE) != 0
     for s in range(nseg):
         lo, f0, f1, hi = _tiles(rng, s, BLOCK_N)
         if SINGLE_LOOP:
             f0 = hi
             f1 = hi
-        dq = _attn_bwd_dq_masked(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                 k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok, nonfinite,
-                                 BLOCK_N, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+        dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
+                                BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
         if not SINGLE_LOOP:
             dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                     k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen_k, offs_d, d_ok,
                                     BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
-            dq = _attn_bwd_dq_masked(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
-                                     k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok, nonfinite,
-                                     BLOCK_N, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+            dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                    k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok,
+                                    BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
 
     dq_base = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
     tl.store(dq_base + q_rows[:, None] * stride_dqt + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),

@@ -25,3 +25,11 @@ def nonfinite_flag(*tensors: Tensor) -> Tensor:
     for t in tensors[1:]:
         total = total + t.sum(dtype=torch.float32)
     return (~torch.isfinite(total)).to(torch.int32).reshape(1)
+
+
+def launch_pair(kernel, grid, *args, **kwargs) -> None:
+    """Launch ``kernel``'s unchanged variant and its sanitizing one (``SANITIZE=True``) with the
+    same arguments: each reads the flag first and exits at once unless it is its case, so
+    exactly one does the work and the unchanged tile loops stay as they were compiled."""
+    kernel[grid](*args, **kwargs)
+    kernel[grid](*args, SANITIZE=True, **kwargs)

@@ -18,7 +18,7 @@ from torch import Tensor
 from ...ir import KEY_SENTINEL, HeadGroup, NotSelf, PreparedGroup, SameBucket
 from ..first_order import first_order_only
 from . import kernels
-from .nonfinite import nonfinite_flag
+from .nonfinite import launch_pair, nonfinite_flag
 
 __all__ = [
     "TileConfig",
@@ -174,8 +174,8 @@ def launch_fwd(
     Tk = k.shape[2]
     Hg = len(g.heads)
     n_blocks = g.q_ranges.shape[2]
-    kernels._attn_fwd[(n_blocks, B * Hg)](
-        q, k, v, o, lse,
+    launch_pair(
+        kernels._attn_fwd, (n_blocks, B * Hg), q, k, v, o, lse,
         g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
         Hg, T, Tk, n_blocks, scale * LOG2E,
@@ -217,8 +217,8 @@ class _SparseAttention(torch.autograd.Function):
 
         full = Hg == H
         dq = torch.empty_like(q) if full else torch.zeros_like(q)
-        kernels._attn_bwd_dq[(n_qb, B * Hg)](
-            q, k, v, o, do, dq, lse, delta,
+        launch_pair(
+            kernels._attn_bwd_dq, (n_qb, B * Hg), q, k, v, o, do, dq, lse, delta,
             g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
             Hg, T, Tk, n_qb, scale * LOG2E, scale,
@@ -236,8 +236,8 @@ class _SparseAttention(torch.autograd.Function):
             dk = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
             dv = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
         n_kb = g.k_ranges.shape[2]
-        kernels._attn_bwd_dkdv[(n_kb, B * Hg)](
-            q, k, v, do, dk, dv, lse, delta,
+        launch_pair(
+            kernels._attn_bwd_dkdv, (n_kb, B * Hg), q, k, v, do, dk, dv, lse, delta,
             g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.k_ranges, g.k_nseg, g.head_map, nonfinite,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
             Hg, T, Tk, n_kb, scale * LOG2E, scale,

@@ -49,12 +49,14 @@ class Variant:
     flags: tuple[tuple[str, bool], ...]
     cfg: TileConfig
     gqa: bool = False
+    sanitize: bool = False  # the variant launched when the inputs hold an inf or NaN (nonfinite.py)
 
     def constexprs(self) -> dict:
         c = dict(HEAD_DIM=self.head_dim, BLOCK_D=_block_d(self.head_dim))
         group = 2 if self.gqa else 1
         c.update(K_GROUP=group, V_GROUP=group, MAX_SEG=16, PRECISION=_precision(self.dtype), **dict(self.flags))
         c["SINGLE_LOOP"] = self.cfg.single_loop == 2 or (self.cfg.single_loop == 1 and c["SAME_BUCKET"])
+        c["SANITIZE"] = self.sanitize
         if self.kernel == "fwd":
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.fwd_n)
         elif self.kernel == "dq":
@@ -72,7 +74,8 @@ class Variant:
 
     def __str__(self) -> str:
         on = ",".join(k for k, v in self.flags if v) or "-"
-        return f"{self.kernel} {_DTYPES[self.dtype]} D={self.head_dim} {on}{' gqa' if self.gqa else ''} {self.cfg}"
+        extra = (" gqa" if self.gqa else "") + (" sanitize" if self.sanitize else "")
+        return f"{self.kernel} {_DTYPES[self.dtype]} D={self.head_dim} {on}{extra} {self.cfg}"
 
 
 @dataclass(frozen=True)

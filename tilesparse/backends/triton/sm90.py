@@ -13,7 +13,7 @@ import os
 import re
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -191,7 +191,9 @@ def _loop_spills(sass: str) -> int:
 def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16, torch.float32)) -> list[Variant]:
     """Every kernel variant the backend launches on a GPU for these head dims and dtypes:
     each kernel for each flag combination the IR can produce (bf16, D=64), and each kernel
-    for every (dtype, head dim) with the hash-causal flags."""
+    for every (dtype, head dim) with the hash-causal flags; then the sanitizing variant
+    (``sanitize``, launched only for inputs holding an inf or NaN) of each of those, but fp32
+    at D >= 128 (the slowest to compile; the same code as the others)."""
     cuda = torch.device("cuda")
     combos = [
         dict(CAUSAL=c, STRICT=s, SAME_BUCKET=b, NOT_SELF=n)
@@ -213,6 +215,7 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
             for kernel in ("fwd", "dq", "dkdv"):
                 out.append(Variant(kernel, dtype, d, hash_causal, cfg))
             out.append(Variant("dkdv", dtype, d, hash_causal, cfg, gqa=True))
+    out += [replace(v, sanitize=True) for v in out if not (v.dtype == torch.float32 and v.head_dim >= 128)]
     return list(dict.fromkeys(out))
 
 

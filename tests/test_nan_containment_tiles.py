@@ -1,9 +1,9 @@
 """An inf or NaN in v or k at a key that some rows of a visited tile keep and others do not
 (the causal diagonal tile, another bucket's rows of a Hash tile, a dropped query's row) reaches
-only the rows that keep it, on the kernel backends: the other rows' outputs and gradients equal
+only the rows that keep it, on every backend but SDPA: the other rows' outputs and gradients equal
 the reference's on clean inputs, a dropped query still outputs zeros, and the rows that keep it
 (and the gradients of the keys those rows keep) are not finite. Triton under the interpreter,
-the tile executor; CPU, T = 96 with 32-wide tiles.
+the tile executor and the reference itself; CPU, T = 96 with 32-wide tiles.
 """
 
 import pytest
@@ -44,7 +44,7 @@ POISONS = [("v", float("inf")), ("v", float("nan")), ("k", float("nan")), ("k", 
 CASES = [(kind, *p) for kind in ("causal", "hash", "drop") for p in POISONS if kind == "causal" or p[1] != p[1] or p[0] == "v"]
 
 
-@pytest.mark.parametrize("backend", ["triton", "executor"])
+@pytest.mark.parametrize("backend", ["triton", "executor", "reference"])
 @pytest.mark.parametrize(("kind", "tensor", "value"), CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
 def test_a_non_finite_key_reaches_only_the_rows_that_keep_it(backend, kind, tensor, value):
     spec, dec, mask = _case(kind)
@@ -73,7 +73,7 @@ def test_a_non_finite_key_reaches_only_the_rows_that_keep_it(backend, kind, tens
             assert not torch.isfinite(got[hit_keys]).all(-1).any()
 
 
-@pytest.mark.parametrize("backend", ["triton", "executor"])
+@pytest.mark.parametrize("backend", ["triton", "executor", "reference"])
 def test_a_non_finite_query_reaches_only_its_own_row_and_its_keys(backend):
     """A NaN in q (and so in that row's dO) must not reach the gradients of keys it does not keep."""
     spec, dec, mask = _case("hash")

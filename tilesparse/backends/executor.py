@@ -17,6 +17,7 @@ from torch import Tensor
 from ..ir import AttentionInputs, DotScore, PreparedGroup, element_mask, tile_intervals
 from .base import Backend, register
 from .first_order import first_order_only
+from .kept_product import kept_product
 from .reference import feature_mask
 
 __all__ = ["ExecutorBackend", "tile_attention"]
@@ -110,7 +111,7 @@ class _TileAttention(torch.autograd.Function):
                         p = torch.exp(s - m_safe[:, None])
                         alpha = torch.exp(m_i - m_safe)
                         l_i = l_i * alpha + p.sum(dim=1)
-                        acc = acc * alpha[:, None] + _kept_product(p, Vc, keep)
+                        acc = acc * alpha[:, None] + kept_product(p, Vc, keep)
                         m_i = m_new
                     empty = l_i == 0
                     out[b, hg, w.q_order[rows]] = acc / torch.where(empty, 1.0, l_i)[:, None]
@@ -147,8 +148,8 @@ class _TileAttention(torch.autograd.Function):
                     for rows, masked in tiles:
                         p, ds, qo, keep = _probs(w, Q, kc, vc, dO, Di, L, rows, cols, masked, scale)
                         keep_t = None if keep is None else keep.T
-                        dv_acc += _kept_product(p.T, dO[qo], keep_t)
-                        dk_acc += _kept_product(ds.T, Q[qo], keep_t) * scale
+                        dv_acc += kept_product(p.T, dO[qo], keep_t)
+                        dk_acc += kept_product(ds.T, Q[qo], keep_t) * scale
                     dK[w.k_order[cols]] += dk_acc
                     dV[w.k_order[cols]] += dv_acc
                 dk[b, w.hk] += _sparsify(dK, w.fk)
@@ -160,7 +161,7 @@ class _TileAttention(torch.autograd.Function):
                     for cols, masked in tiles:
                         kc, vc = K[w.k_order[cols]], V[w.k_order[cols]]
                         _, ds, _, keep = _probs(w, Q, kc, vc, dO, Di, L, rows, cols, masked, scale)
-                        dq_acc += _kept_product(ds, kc, keep) * scale
+                        dq_acc += kept_product(ds, kc, keep) * scale
                     dQ[w.q_order[rows]] = dq_acc
                 dq[b, w.h] += _sparsify(dQ, w.fq)
         grads = first_order_only("executor", (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)), (q, k, v))
@@ -180,17 +181,6 @@ def _probs(w: _Walk, Q, kc, vc, dO, Di, L, rows, cols, masked, scale):
     ds = p * (dO[qo] @ vc.T - Di[qo, None])
     return p, ds, qo, None
 
-
-def _kept_product(a: Tensor, b: Tensor, keep: Tensor | None) -> Tensor:
-    """a @ b where a is exactly 0 off ``keep`` (None: everything kept): an inf or NaN in a row
-    of b reaches only the rows of the product that keep it (they become NaN), never another
-    row through 0 * inf (the kernels do the same)."""
-    if keep is None:
-        return a @ b
-    finite = torch.isfinite(b)
-    out = a @ torch.where(finite, b, 0.0)
-    reached = (keep & ~finite.all(dim=1)[None, :]).any(dim=1)
-    return torch.where(reached[:, None], float("nan"), out)
 
 
 def _sparsify(x: Tensor, features: Tensor | None) -> Tensor:

@@ -1,7 +1,7 @@
 """Nothing silently wrong, on the GPU: out-of-range decision ids stop before any index build
 (a ValueError with validate=True; a device-side assertion with validate=False, in a child
 process since it ends the CUDA context), a poisoned key no query attends reaches no output or
-gradient of the reference on CUDA (the Triton and CuPy kernels do not contain it yet), CuPy's
+gradient of the reference on CUDA (the kernels: test_nan_containment_gpu.py), CuPy's
 backward refuses a second derivative, and a bucket count Triton's index build cannot sort goes
 to another backend, exactly.
 """

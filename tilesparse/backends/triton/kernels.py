@@ -10,6 +10,12 @@ one loop: segments of a few tiles pipeline better as one loop than as three). Th
 SCFA's NaN-safe online softmax: a row with no kept key ends with l = 0, outputs zeros and
 stores lse = +inf, so its gradients are zero.
 
+Inputs holding an inf or NaN run each kernel's ``SANITIZE`` variant instead (nonfinite.py
+launches both; each reads a device-side flag first and exits unless it is its case): in the
+masked tiles it reads non-finite k, v, q and dO as 0 and makes the rows that keep such a key
+NaN, so 0 * inf never carries a value to a row that does not keep its key. The unchanged
+variant's tile loops are the ones finite inputs run.
+
 Scores are kept in log2 units (``qk_scale = scale * log2(e)``), as in the Triton tutorial.
 Tested on CPU under TRITON_INTERPRET=1 (tests/backends/triton), compiled for sm_90 in CI
 (tests/backends/triton/test_compile_sm90.py), and run on the H200 in tests/gpu.

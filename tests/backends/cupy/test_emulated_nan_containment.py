@@ -73,3 +73,27 @@ def test_a_non_finite_key_reaches_only_the_rows_that_keep_it(kind, tensor, value
         assert (~dec.q_keep).any() and not out[~dec.q_keep].any()
     assert not torch.isfinite(out[hit]).all(-1).any(), "a row keeping the bad key has a finite output"
     assert not torch.isfinite(grads[2][hit_keys]).all(-1).any()
+
+
+def test_a_non_finite_query_reaches_only_its_own_row_and_its_keys():
+    """A NaN in a kept feature of q (so in that row's dO too) must not reach the gradients of
+    the keys it does not keep (the dK/dV kernel multiplies q by zero dS there)."""
+    spec = SPECS["hash"]
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, T, 16, generator=g) for _ in range(3))
+    dec = ts.compile(spec).decide(q, k, generator=g)
+    mask = _mask(dec)
+    row = int(torch.nonzero(mask[0, 0, 40:64].any(-1))[0]) + 40
+    op = FeatureOp(spec, causal=True, make_impl=emulate.EmulatedKernels)
+    want, want_grads = _run(op.reference, q, k, v, dec)
+    bad_q = q.clone()
+    bad_q[0, 0, row, dec.q_support[0, 0, row, 0]] = float("nan")
+    out, grads = _run(op, bad_q, k, v, dec)
+    hit = torch.zeros(1, 2, T, dtype=torch.bool)
+    hit[0, 0, row] = True
+    hit_keys = (mask & hit[..., None]).any(-2)
+    torch.testing.assert_close(out[~hit], want[~hit], rtol=0, atol=2e-5)
+    torch.testing.assert_close(grads[0][~hit], want_grads[0][~hit], rtol=0, atol=2e-5)
+    for got, ref in zip(grads[1:], want_grads[1:], strict=True):
+        torch.testing.assert_close(got[~hit_keys], ref[~hit_keys], rtol=0, atol=2e-5)
+    assert not torch.isfinite(out[hit]).any() and not torch.isfinite(grads[2][hit_keys]).all(-1).any()

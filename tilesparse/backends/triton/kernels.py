@@ -151,7 +151,6 @@ def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
     return acc, l_i, m_i
 
 
-
 @triton.jit(do_not_specialize=_RUNTIME)
 def _attn_fwd(Q, K, V, O, LSE,
               Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP, NONFINITE,
@@ -270,7 +269,6 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
     return dk, dv
 
 
-
 @triton.jit(do_not_specialize=_RUNTIME)
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                    Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP, NONFINITE,
@@ -385,7 +383,6 @@ def _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt,
         ds = p * (dp - di[:, None])
         dq += tl.dot(ds.to(kT.dtype), tl.trans(kT), input_precision=PRECISION)
     return dq
-
 
 
 @triton.jit(do_not_specialize=_RUNTIME)

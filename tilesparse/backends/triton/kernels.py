@@ -11,7 +11,7 @@ SCFA's NaN-safe online softmax: a row with no kept key ends with l = 0, outputs 
 stores lse = +inf, so its gradients are zero.
 
 Inputs holding an inf or NaN run each kernel's ``SANITIZE`` variant instead (nonfinite.py
-launches both; each reads a device-side flag first and exits unless it is its case): in the
+launches both; each reads a device-side flag and writes nothing unless it is its case): in the
 masked tiles it reads non-finite k, v, q and dO as 0 and makes the rows that keep such a key
 NaN, so 0 * inf never carries a value to a row that does not keep its key. The unchanged
 variant's tile loops are the ones finite inputs run.
@@ -287,8 +287,9 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                    SANITIZE: tl.constexpr = False):
     """One key block (BLOCK_N rows of the key layout) against its query-row ranges."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
-    if (tl.load(NONFINITE) != 0) != SANITIZE:
-        return  # the other variant of the pair runs this call (see nonfinite.py)
+    if SANITIZE:
+        if tl.load(NONFINITE) == 0:
+            return  # the unchanged variant runs this call (see nonfinite.py)
     pid_n = tl.program_id(0)
     pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
     row_base_k = pid_bh.to(tl.int64) * seqlen_k  # key rows: Tk of them (queries: Tq = seqlen)
@@ -336,6 +337,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                                           offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
                                           PRECISION, SANITIZE)
 
+    if not SANITIZE:
+        # checked here, not first: an early exit made the fp32 D=256 variant's loops spill more
+        if tl.load(NONFINITE) != 0:
+            return  # the sanitizing variant writes this call's dK, dV
     # dK, dV go to original rows: of this query head's buffer, or straight into the kv head
     if DKV_PER_QUERY_HEAD:
         dkv_head = hg

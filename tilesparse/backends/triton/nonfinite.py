@@ -29,7 +29,9 @@ def nonfinite_flag(*tensors: Tensor) -> Tensor:
 
 def launch_pair(kernel, grid, *args, **kwargs) -> None:
     """Launch ``kernel``'s unchanged variant and its sanitizing one (``SANITIZE=True``) with the
-    same arguments: each reads the flag first and exits at once unless it is its case, so
-    exactly one does the work and the unchanged tile loops stay as they were compiled."""
+    same arguments: each reads the flag and writes nothing unless it is its case (the
+    sanitizing variant exits at once on finite inputs; the unchanged dK/dV kernel reads the
+    flag only before its stores, where it leaves its loops' code as it was), so exactly one
+    writes the outputs and the unchanged tile loops stay as they were compiled."""
     kernel[grid](*args, **kwargs)
     kernel[grid](*args, SANITIZE=True, **kwargs)

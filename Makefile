@@ -41,7 +41,7 @@ test-transformers: $(STAMP)
 GPU_SHARD_1 := tests/gpu/test_triton_gpu.py
 GPU_SHARD_2 := tests/gpu/test_cupy_gpu.py
 GPU_SHARD_3 := tests/gpu/test_planner_gpu.py tests/gpu/test_sdpa_gpu.py tests/gpu/test_reliability_gpu.py \
-	tests/gpu/test_graph_capture_gpu.py
+	tests/gpu/test_graph_capture_gpu.py tests/gpu/test_nan_containment_gpu.py
 GPU_SHARD_4 := tests/gpu/test_decode_gpu.py tests/gpu/test_padding_gpu.py tests/gpu/test_sequence_parallel_gpu.py
 GPU_TESTS := $(if $(SHARD),$(GPU_SHARD_$(SHARD)),tests/gpu)
 test-gpu:

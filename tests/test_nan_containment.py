@@ -1,6 +1,7 @@
 """An inf or NaN in k or v at a key that no query attends reaches no output and no gradient
 (a row's output depends only on the keys its mask keeps; a dropped query outputs zeros): on the
-reference and the tile executor (not yet in the Triton and CuPy kernels). CPU.
+reference, the tile executor and the Triton kernels (keys some rows keep:
+test_nan_containment_tiles.py; CuPy: tests/backends/cupy/test_emulated_nan_containment.py). CPU.
 """
 
 import pytest
@@ -28,9 +29,7 @@ def _poisoned(spec, j):
     return (q, k, v), (q, kp, vp), dec
 
 
-# the Triton kernels do not contain it yet: zeroing the k and v rows of unattended keys in the
-# tile loops made spill-checked sm_90 variants spill more (tests/backends/triton/test_compile_sm90.py)
-CASES = [(b, kind) for b in ("reference", "executor") for kind in ("drop", "hash")]
+CASES = [(b, kind) for b in ("reference", "executor", "triton") for kind in ("drop", "hash")]
 SPECS = {"drop": ts.QKDrop(keep=0.5), "hash": ts.Hash(buckets=4)}
 
 

@@ -2,7 +2,7 @@
 (validate=True: clamped, the call's output NaN, a ValueError at the op's next call or from
 tilesparse.check_errors(); validate=False: a device-side assertion, in a child process since
 it ends the CUDA context), a poisoned key no query attends reaches no output or
-gradient of the reference on CUDA (the Triton and CuPy kernels do not contain it yet), CuPy's
+gradient of the reference on CUDA (the kernels: test_nan_containment_gpu.py), CuPy's
 backward refuses a second derivative, and a bucket count Triton's index build cannot sort goes
 to another backend, exactly.
 """

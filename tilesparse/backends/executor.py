@@ -17,6 +17,7 @@ from torch import Tensor
 from ..ir import AttentionInputs, DotScore, PreparedGroup, element_mask, tile_intervals
 from .base import Backend, register
 from .first_order import first_order_only
+from .kept_product import kept_product
 from .reference import feature_mask
 
 __all__ = ["ExecutorBackend", "tile_attention"]
@@ -101,16 +102,16 @@ class _TileAttention(torch.autograd.Function):
                     for cols, masked in tiles:
                         s = qr @ K[w.k_order[cols]].T * scale
                         Vc = V[w.k_order[cols]]
+                        keep = None
                         if masked:
                             keep = w.mask(rows, cols)
                             s = torch.where(keep, s, float("-inf"))
-                            Vc = _attended_only(Vc, keep)
                         m_new = torch.maximum(m_i, s.amax(dim=1))
                         m_safe = torch.where(torch.isinf(m_new), 0.0, m_new)  # SCFA's NaN guard
                         p = torch.exp(s - m_safe[:, None])
                         alpha = torch.exp(m_i - m_safe)
                         l_i = l_i * alpha + p.sum(dim=1)
-                        acc = acc * alpha[:, None] + p @ Vc
+                        acc = acc * alpha[:, None] + kept_product(p, Vc, keep)
                         m_i = m_new
                     empty = l_i == 0
                     out[b, hg, w.q_order[rows]] = acc / torch.where(empty, 1.0, l_i)[:, None]
@@ -145,9 +146,10 @@ class _TileAttention(torch.autograd.Function):
                     dk_acc = torch.zeros((len(cols), D), device=q.device)
                     dv_acc = torch.zeros((len(cols), D), device=q.device)
                     for rows, masked in tiles:
-                        p, ds, qo = _probs(w, Q, kc, vc, dO, Di, L, rows, cols, masked, scale)
-                        dv_acc += p.T @ dO[qo]
-                        dk_acc += ds.T @ Q[qo] * scale
+                        p, ds, qo, keep = _probs(w, Q, kc, vc, dO, Di, L, rows, cols, masked, scale)
+                        keep_t = None if keep is None else keep.T
+                        dv_acc += kept_product(p.T, dO[qo], keep_t)
+                        dk_acc += kept_product(ds.T, Q[qo], keep_t) * scale
                     dK[w.k_order[cols]] += dk_acc
                     dV[w.k_order[cols]] += dv_acc
                 dk[b, w.hk] += _sparsify(dK, w.fk)
@@ -158,10 +160,8 @@ class _TileAttention(torch.autograd.Function):
                     dq_acc = torch.zeros((len(rows), D), device=q.device)
                     for cols, masked in tiles:
                         kc, vc = K[w.k_order[cols]], V[w.k_order[cols]]
-                        _, ds, _ = _probs(w, Q, kc, vc, dO, Di, L, rows, cols, masked, scale)
-                        if masked:
-                            kc = _attended_only(kc, w.mask(rows, cols))
-                        dq_acc += ds @ kc * scale
+                        _, ds, _, keep = _probs(w, Q, kc, vc, dO, Di, L, rows, cols, masked, scale)
+                        dq_acc += kept_product(ds, kc, keep) * scale
                     dQ[w.q_order[rows]] = dq_acc
                 dq[b, w.h] += _sparsify(dQ, w.fq)
         grads = first_order_only("executor", (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)), (q, k, v))
@@ -169,22 +169,18 @@ class _TileAttention(torch.autograd.Function):
 
 
 def _probs(w: _Walk, Q, kc, vc, dO, Di, L, rows, cols, masked, scale):
-    """(p, ds, query original rows) of one tile: p = exp(s - lse), ds = p * (dO v^T - delta)."""
+    """(p, ds, query original rows, keep or None) of one tile: p = exp(s - lse),
+    ds = p * (dO v^T - delta), both exactly 0 off the mask of a masked tile."""
     qo = w.q_order[rows]
     p = torch.exp(Q[qo] @ kc.T * scale - L[rows, None])
     if masked:
         keep = w.mask(rows, cols)
         p = torch.where(keep, p, 0.0)
-        ds = torch.where(keep, p * (dO[qo] @ _attended_only(vc, keep).T - Di[qo, None]), 0.0)
-        return p, ds, qo
+        ds = torch.where(keep, p * (dO[qo] @ vc.T - Di[qo, None]), 0.0)
+        return p, ds, qo, keep
     ds = p * (dO[qo] @ vc.T - Di[qo, None])
-    return p, ds, qo
+    return p, ds, qo, None
 
-
-def _attended_only(rows_kv: Tensor, keep: Tensor) -> Tensor:
-    """K or V rows of a masked tile with the rows no query of the tile keeps zeroed: an inf or
-    NaN there must not reach the tile's other rows through 0 * inf (the kernels do the same)."""
-    return torch.where(keep.any(dim=0)[:, None], rows_kv, 0.0)
 
 
 def _sparsify(x: Tensor, features: Tensor | None) -> Tensor:

@@ -13,6 +13,7 @@ from torch import Tensor
 from ..ir import AttentionInputs, DotScore, PreparedGroup, to_dense
 from ..ir.prepare import head_index
 from .base import Backend, register, select_heads
+from .kept_product import kept_scores, kept_weighted_sum
 
 __all__ = ["ReferenceBackend", "feature_mask", "kv_for_heads", "masked_attention"]
 
@@ -49,19 +50,20 @@ def masked_attention(
         qf = torch.where(q_features.to(torch.bool), qf, 0.0)
         kf = torch.where(k_features.to(torch.bool), kf, 0.0)
     if mask is not None:
-        # a key no query of its head attends stays out entirely: an inf or NaN in its k or v
-        # must not reach rows that never attend it (0 * inf is NaN in the products below)
-        attended = mask.any(dim=-2).unsqueeze(-1)
-        kf, vf = torch.where(attended, kf, 0.0), torch.where(attended, vf, 0.0)
-    s = torch.matmul(qf, kf.transpose(-1, -2)) * scale
-    if mask is not None:
+        # an inf or NaN at a key reaches only the rows that keep it (0 * inf is NaN in plain
+        # products): kept_product.py
+        mask = mask.expand(*qf.shape[:-1], kf.shape[-2])
+        s = kept_scores(qf, kf, mask) * scale
         s = s.masked_fill(~mask, float("-inf"))
+    else:
+        s = torch.matmul(qf, kf.transpose(-1, -2)) * scale
     # the max only stabilizes exp; a row with no kept key has max -inf and takes 0 instead
     m = s.amax(dim=-1, keepdim=True).detach()
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     p = torch.exp(s - m)
     denom = p.sum(dim=-1, keepdim=True)
-    return torch.matmul(p, vf) / torch.where(denom == 0, torch.ones_like(denom), denom)
+    pv = torch.matmul(p, vf) if mask is None else kept_weighted_sum(p, vf, mask)
+    return pv / torch.where(denom == 0, torch.ones_like(denom), denom)
 
 
 class ReferenceBackend(Backend):

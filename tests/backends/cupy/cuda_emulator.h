@@ -231,6 +231,8 @@ inline long long max(long long a, long long b) { return a > b ? a : b; }
 
 #define POS_INF __uint_as_float(0x7f800000u)
 #define NEG_INF __uint_as_float(0xff800000u)
+#define QNAN __uint_as_float(0x7fc00000u)
+inline bool is_finite(float x) { return fabsf(x) < POS_INF; }
 
 struct F32 {
     typedef float T;

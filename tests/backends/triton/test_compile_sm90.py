@@ -5,11 +5,12 @@ non-power-of-two aranges, shared memory past the 227 KiB a block may use) and re
 inside the tile loops, read off the SASS. ``KNOWN_LOOP_SPILLS`` lists the variants that spill
 today (fp32 at D >= 128: correct, slower; 16-bit variants whose spills were measured to cost
 less than the configuration they replaced), with the count measured when they were listed: the
-test fails if another variant spills, or a listed one gets worse. It also fails when a
+test fails if another variant spills, or a listed one gets worse. The sanitizing variants
+(inputs holding an inf or NaN) have their own list, ``KNOWN_SANITIZE_LOOP_SPILLS``. It also fails when a
 compiler pass drops the segment loop's skip of tiles the previous segment visited (Triton 3.6
 does that to a loop-carried scalar; see kernels._tiles), and when the gathered tile loads of
 the 16-bit kernels are not software-pipelined (cp.async). The index-building kernels
-(index.py) must compile without in-loop spills too. ~2.5 minutes on 2 cores (Triton caches builds under build/triton-cache).
+(index.py) must compile without in-loop spills too. ~4 minutes on 2 cores (Triton caches builds under build/triton-cache).
 """
 
 from __future__ import annotations
@@ -56,6 +57,33 @@ KNOWN_LOOP_SPILLS = {
     ("dkdv", torch.float32, 256, True): 15095,
 }
 
+# The sanitizing variants (SANITIZE=True: launched only when the inputs hold an inf or NaN,
+# see backends/triton/nonfinite.py) under the same key, measured with triton 3.6 on
+# 2026-11-30. They read k, v, q and dO through a finiteness test in the masked tiles and may
+# spill: correct, slower, and never on the path of finite inputs, whose variants above are
+# held to the counts they had before the sanitizing variants existed.
+KNOWN_SANITIZE_LOOP_SPILLS = {
+    ("fwd", torch.bfloat16, 64, False): 56,
+    ("dq", torch.bfloat16, 64, False): 167,
+    ("dq", torch.float16, 64, False): 39,
+    ("fwd", torch.bfloat16, 128, False): 307,
+    ("fwd", torch.float16, 128, False): 307,
+    ("dq", torch.bfloat16, 128, False): 30,
+    ("dq", torch.float16, 128, False): 30,
+    ("dkdv", torch.bfloat16, 128, False): 292,
+    ("dkdv", torch.bfloat16, 128, True): 292,
+    ("dkdv", torch.float16, 128, False): 146,
+    ("dkdv", torch.float16, 128, True): 146,
+    ("fwd", torch.bfloat16, 256, False): 15,
+    ("fwd", torch.float16, 256, False): 15,
+    ("dq", torch.bfloat16, 256, False): 75,
+    ("dq", torch.float16, 256, False): 73,
+    ("dkdv", torch.bfloat16, 256, False): 67,
+    ("dkdv", torch.bfloat16, 256, True): 67,
+    ("dkdv", torch.float16, 256, False): 67,
+    ("dkdv", torch.float16, 256, True): 67,
+}
+
 VARIANTS = variants()
 
 
@@ -76,7 +104,8 @@ def test_variant_compiles_for_sm90(variant, reports):
     r = reports.get(str(variant))
     assert r is not None, f"{variant} was not compiled"
     assert r["shared"] <= SHARED_LIMIT, f"{variant}: {r['shared']} bytes of shared memory > {SHARED_LIMIT}"
-    known = KNOWN_LOOP_SPILLS.get((variant.kernel, variant.dtype, variant.head_dim, variant.gqa))
+    table = KNOWN_SANITIZE_LOOP_SPILLS if variant.sanitize else KNOWN_LOOP_SPILLS
+    known = table.get((variant.kernel, variant.dtype, variant.head_dim, variant.gqa))
     spills = r["loop_spills"]
     if known is None:
         assert spills == 0, f"{variant}: {spills} spill loads/stores inside the tile loops ({r})"

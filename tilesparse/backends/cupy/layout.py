@@ -70,7 +70,7 @@ def shared_bytes(kernel: str, head_dim: int, k: int) -> int:
         floats, ints, shorts = 0, head_dim + 1, BN * k
     elif kernel == "fwd":
         floats = BN * hdp + BM * sp + BN * k + BM * k
-        ints, shorts = head_dim + 1 + 2 * BN, BN * k + BM * k
+        ints, shorts = head_dim + 1 + 3 * BN, BN * k + BM * k  # ptr, pos, bkt, bad
     elif kernel == "dq":
         floats = BN * hdp + BM * hdp + BM * sp + BN * k + 2 * BM * k
         ints, shorts = head_dim + 1 + 2 * BN, BN * k + BM * k

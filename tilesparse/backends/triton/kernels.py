@@ -10,6 +10,12 @@ one loop: segments of a few tiles pipeline better as one loop than as three). Th
 SCFA's NaN-safe online softmax: a row with no kept key ends with l = 0, outputs zeros and
 stores lse = +inf, so its gradients are zero.
 
+Inputs holding an inf or NaN run each kernel's ``SANITIZE`` variant instead (nonfinite.py
+launches both; each reads a device-side flag and writes nothing unless it is its case): in the
+masked tiles it reads non-finite k, v, q and dO as 0 and makes the rows that keep such a key
+NaN, so 0 * inf never carries a value to a row that does not keep its key. The unchanged
+variant's tile loops are the ones finite inputs run.
+
 Scores are kept in log2 units (``qk_scale = scale * log2(e)``), as in the Triton tutorial.
 Tested on CPU under TRITON_INTERPRET=1 (tests/backends/triton), compiled for sm_90 in CI
 (tests/backends/triton/test_compile_sm90.py), and run on the H200 in tests/gpu.
@@ -104,8 +110,12 @@ def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
                     lo, hi, qk_scale, seqlen, offs_d, d_ok,
                     BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
                     STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
-                    PRECISION: tl.constexpr):
-    """Online softmax over key tiles [lo, hi) of one query block."""
+                    PRECISION: tl.constexpr, SANITIZE: tl.constexpr = False):
+    """Online softmax over key tiles [lo, hi) of one query block.
+
+    With SANITIZE (masked tiles of inputs holding an inf or NaN) a key's non-finite v reads as
+    0 and a row that keeps such a key gets a NaN probability for it instead: 0 * inf never
+    reaches the rows that do not keep it, and the rows that do output NaN."""
     for n in range(lo, hi):
         offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = offs_n < seqlen
@@ -130,6 +140,12 @@ def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
         alpha = tl.math.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_base + k_rows[:, None] * stride_vt + offs_d[None, :], mask=d_ok[None, :], other=0.0)
+        if SANITIZE:
+            v_fin = tl.abs(v) < float("inf")
+            v_bad = tl.max(tl.where(v_fin, 0, 1), 1)
+            v = tl.where(v_fin, v, 0.0)
+            # NaN * 0 = NaN in the product: the row's output (not its lse) ends NaN
+            p = tl.where(keep & (v_bad != 0)[None, :], float("nan"), p)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
     return acc, l_i, m_i
@@ -137,7 +153,7 @@ def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
 
 @triton.jit(do_not_specialize=_RUNTIME)
 def _attn_fwd(Q, K, V, O, LSE,
-              Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP,
+              Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP, NONFINITE,
               stride_qb, stride_qh, stride_qt,
               stride_kb, stride_kh, stride_kt,
               stride_vb, stride_vh, stride_vt,
@@ -147,9 +163,12 @@ def _attn_fwd(Q, K, V, O, LSE,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
               CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
-              NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr):
+              NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
+              SANITIZE: tl.constexpr = False):
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     tl.static_assert(BLOCK_D >= 16, "tl.dot needs an inner dimension of at least 16")
+    if (tl.load(NONFINITE) != 0) != SANITIZE:
+        return  # the other variant of the pair runs this call (see nonfinite.py)
     pid_m = tl.program_id(0)
     pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
     offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
@@ -180,14 +199,14 @@ def _attn_fwd(Q, K, V, O, LSE,
             f1 = hi
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                         k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
-                                        BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+                                        BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
         if not SINGLE_LOOP:
             acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                             k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen_k, offs_d, d_ok,
                                             BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
             acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                             k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok,
-                                            BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+                                            BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
 
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
@@ -210,8 +229,12 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
                          lo, hi, qk_scale, seqlen, offs_d, d_ok,
                          BLOCK_M: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
                          STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
-                         PRECISION: tl.constexpr):
-    """Accumulate dK, dV of one key block over query tiles [lo, hi); tiles are (keys x queries)."""
+                         PRECISION: tl.constexpr, SANITIZE: tl.constexpr = False):
+    """Accumulate dK, dV of one key block over query tiles [lo, hi); tiles are (keys x queries).
+
+    With SANITIZE (masked tiles of inputs holding an inf or NaN) non-finite q and dO read as 0
+    and a query whose delta is not finite (its output or dO is not) gets NaN probabilities on
+    the keys it keeps, zeros elsewhere: 0 * inf reaches only the keys a bad row keeps."""
     for m in range(lo, hi):
         offs_m = m * BLOCK_M + tl.arange(0, BLOCK_M)
         m_ok = offs_m < seqlen
@@ -227,10 +250,19 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
                 q_bkt = tl.load(Q_BKT + offs_m, mask=m_ok, other=-1)
             keep = _tile_keep(q_pos[None, :], k_pos[:, None], q_bkt[None, :], k_bkt[:, None],
                               CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
+            if SANITIZE:
+                di = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
+                row_bad = ~(tl.abs(di) < float("inf"))
+                di = tl.where(row_bad, 0.0, di)
+                pT = tl.where(row_bad[None, :], float("nan"), pT)
+                qT = tl.where(tl.abs(qT) < float("inf"), qT, 0.0)
             pT = tl.where(keep, pT, 0.0)
         do = tl.load(do_base + q_rows[:, None] * stride_dot + offs_d[None, :], mask=d_ok[None, :], other=0.0)
+        if SANITIZE:
+            do = tl.where(tl.abs(do) < float("inf"), do, 0.0)
         dv += tl.dot(pT.to(do.dtype), do, input_precision=PRECISION)
-        di = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
+        if not SANITIZE:
+            di = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
         dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         dsT = pT * (dpT - di[None, :])
         dk += tl.dot(dsT.to(qT.dtype), tl.trans(qT), input_precision=PRECISION)
@@ -239,7 +271,7 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
 
 @triton.jit(do_not_specialize=_RUNTIME)
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
-                   Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP,
+                   Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP, NONFINITE,
                    stride_qb, stride_qh, stride_qt,
                    stride_kb, stride_kh, stride_kt,
                    stride_vb, stride_vh, stride_vt,
@@ -251,9 +283,13 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                    CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
-                   NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr):
+                   NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
+                   SANITIZE: tl.constexpr = False):
     """One key block (BLOCK_N rows of the key layout) against its query-row ranges."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
+    if SANITIZE:
+        if tl.load(NONFINITE) == 0:
+            return  # the unchanged variant runs this call (see nonfinite.py)
     pid_n = tl.program_id(0)
     pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
     row_base_k = pid_bh.to(tl.int64) * seqlen_k  # key rows: Tk of them (queries: Tq = seqlen)
@@ -266,6 +302,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                 + k_rows[:, None] * stride_kt + offs_d[None, :], mask=kv_ok, other=0.0)
     v = tl.load(V + b.to(tl.int64) * stride_vb + (h // V_GROUP).to(tl.int64) * stride_vh
                 + k_rows[:, None] * stride_vt + offs_d[None, :], mask=kv_ok, other=0.0)
+    if SANITIZE:
+        # a non-finite v row reads as 0: the keys' dP stay finite (a row keeping the key has a
+        # non-finite output, hence delta, and poisons the key's gradients in the tiles)
+        v = tl.where(tl.abs(v) < float("inf"), v, 0.0)
     q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
     do_base = DO + b.to(tl.int64) * stride_dob + hg.to(tl.int64) * stride_doh
 
@@ -286,7 +326,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                       q_order, q_posp, q_bktp, lsep, deltap, lo, f0, qk_scale, seqlen,
                                       offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
-                                      PRECISION)
+                                      PRECISION, SANITIZE)
         if not SINGLE_LOOP:
             dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                           q_order, q_posp, q_bktp, lsep, deltap, f0, f1, qk_scale, seqlen,
@@ -295,8 +335,12 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
             dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                           q_order, q_posp, q_bktp, lsep, deltap, f1, hi, qk_scale, seqlen,
                                           offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
-                                          PRECISION)
+                                          PRECISION, SANITIZE)
 
+    if not SANITIZE:
+        # checked here, not first: an early exit made the fp32 D=256 variant's loops spill more
+        if tl.load(NONFINITE) != 0:
+            return  # the sanitizing variant writes this call's dK, dV
     # dK, dV go to original rows: of this query head's buffer, or straight into the kv head
     if DKV_PER_QUERY_HEAD:
         dkv_head = hg
@@ -315,8 +359,12 @@ def _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt,
                        lo, hi, qk_scale, seqlen, offs_d, d_ok,
                        BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
                        STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
-                       PRECISION: tl.constexpr):
-    """Accumulate dQ of one query block over key tiles [lo, hi)."""
+                       PRECISION: tl.constexpr, SANITIZE: tl.constexpr = False):
+    """Accumulate dQ of one query block over key tiles [lo, hi).
+
+    With SANITIZE (masked tiles of inputs holding an inf or NaN) non-finite k and v read as 0
+    in dP and in the dQ product, after the scores: a row keeping a non-finite key still has a
+    non-finite lse or delta from the forward pass, so its dQ ends non-finite, and no other's."""
     for n in range(lo, hi):
         offs_n = n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = offs_n < seqlen
@@ -333,6 +381,9 @@ def _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt,
             keep = _tile_keep(q_pos[:, None], k_pos[None, :], q_bkt[:, None], k_bkt[None, :],
                               CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
             p = tl.where(keep, p, 0.0)
+            if SANITIZE:
+                kT = tl.where(tl.abs(kT) < float("inf"), kT, 0.0)
+                vT = tl.where(tl.abs(vT) < float("inf"), vT, 0.0)
         dp = tl.dot(do, vT, input_precision=PRECISION)
         ds = p * (dp - di[:, None])
         dq += tl.dot(ds.to(kT.dtype), tl.trans(kT), input_precision=PRECISION)
@@ -341,7 +392,7 @@ def _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt,
 
 @triton.jit(do_not_specialize=_RUNTIME)
 def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
-                 Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP,
+                 Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP, NONFINITE,
                  stride_qb, stride_qh, stride_qt,
                  stride_kb, stride_kh, stride_kt,
                  stride_vb, stride_vh, stride_vt,
@@ -353,11 +404,14 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                  CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
-                 NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr):
+                 NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
+                 SANITIZE: tl.constexpr = False):
     """One query block against its key-row ranges (the forward pass's ranges). It also
     computes FlashAttention-2's delta = rowsum(dO * O) of its rows and stores it for the dK/dV
     kernel, which runs after it."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
+    if (tl.load(NONFINITE) != 0) != SANITIZE:
+        return  # the other variant of the pair runs this call (see nonfinite.py)
     pid_m = tl.program_id(0)
     pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
     offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
@@ -391,14 +445,14 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
             f1 = hi
         dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                 k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
-                                BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+                                BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
         if not SINGLE_LOOP:
             dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                     k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen_k, offs_d, d_ok,
                                     BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
             dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                     k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok,
-                                    BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+                                    BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
 
     dq_base = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
     tl.store(dq_base + q_rows[:, None] * stride_dqt + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),

@@ -18,7 +18,7 @@ from torch import Tensor
 from ...ir import KEY_SENTINEL, HeadGroup, NotSelf, PreparedGroup, SameBucket
 from ..first_order import first_order_only
 from . import kernels
-from .launch import lean
+from .nonfinite import launch_pair, nonfinite_flag
 
 __all__ = [
     "TileConfig",
@@ -162,16 +162,21 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: f
 
 
 def launch_fwd(
-    q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig
+    q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig,
+    nonfinite: Tensor | None = None,
 ) -> None:
-    """One launch of the forward kernel: O (B, Hg, Tq, D) and LSE (B, Hg, Tq) of group ``g``."""
+    """One launch of the forward kernel: O (B, Hg, Tq, D) and LSE (B, Hg, Tq) of group ``g``.
+    ``nonfinite``: the sanitizing flag (nonfinite.py), computed from v when not given (only a
+    non-finite v can reach a row that does not keep its key in the forward pass)."""
+    if nonfinite is None:
+        nonfinite = nonfinite_flag(v)
     B, H, T, D = q.shape
     Tk = k.shape[2]
     Hg = len(g.heads)
     n_blocks = g.q_ranges.shape[2]
-    lean(kernels._attn_fwd)[(n_blocks, B * Hg)](
-        q, k, v, o, lse,
-        g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map,
+    launch_pair(
+        kernels._attn_fwd, (n_blocks, B * Hg), q, k, v, o, lse,
+        g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
         Hg, T, Tk, n_blocks, scale * LOG2E,
         K_GROUP=H // k.shape[1], V_GROUP=H // v.shape[1], HEAD_DIM=D, BLOCK_D=_block_d(D),
@@ -207,12 +212,14 @@ class _SparseAttention(torch.autograd.Function):
         n_qb = g.q_ranges.shape[2]
 
         delta = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)  # written by the dQ kernel
+        # a non-finite q, k, v or dO reaches other rows' gradients in the backward tiles
+        nonfinite = nonfinite_flag(q, k, v, do)
 
         full = Hg == H
         dq = torch.empty_like(q) if full else torch.zeros_like(q)
-        lean(kernels._attn_bwd_dq)[(n_qb, B * Hg)](
-            q, k, v, o, do, dq, lse, delta,
-            g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map,
+        launch_pair(
+            kernels._attn_bwd_dq, (n_qb, B * Hg), q, k, v, o, do, dq, lse, delta,
+            g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
             Hg, T, Tk, n_qb, scale * LOG2E, scale,
             K_GROUP=k_group, V_GROUP=v_group, BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n,
@@ -229,9 +236,9 @@ class _SparseAttention(torch.autograd.Function):
             dk = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
             dv = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
         n_kb = g.k_ranges.shape[2]
-        lean(kernels._attn_bwd_dkdv)[(n_kb, B * Hg)](
-            q, k, v, do, dk, dv, lse, delta,
-            g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.k_ranges, g.k_nseg, g.head_map,
+        launch_pair(
+            kernels._attn_bwd_dkdv, (n_kb, B * Hg), q, k, v, do, dk, dv, lse, delta,
+            g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.k_ranges, g.k_nseg, g.head_map, nonfinite,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
             Hg, T, Tk, n_kb, scale * LOG2E, scale,
             K_GROUP=k_group, V_GROUP=v_group, DKV_PER_QUERY_HEAD=not direct,

@@ -13,7 +13,7 @@ import os
 import re
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -49,12 +49,14 @@ class Variant:
     flags: tuple[tuple[str, bool], ...]
     cfg: TileConfig
     gqa: bool = False
+    sanitize: bool = False  # the variant launched when the inputs hold an inf or NaN (nonfinite.py)
 
     def constexprs(self) -> dict:
         c = dict(HEAD_DIM=self.head_dim, BLOCK_D=_block_d(self.head_dim))
         group = 2 if self.gqa else 1
         c.update(K_GROUP=group, V_GROUP=group, MAX_SEG=16, PRECISION=_precision(self.dtype), **dict(self.flags))
         c["SINGLE_LOOP"] = self.cfg.single_loop == 2 or (self.cfg.single_loop == 1 and c["SAME_BUCKET"])
+        c["SANITIZE"] = self.sanitize
         if self.kernel == "fwd":
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.fwd_n)
         elif self.kernel == "dq":
@@ -72,7 +74,8 @@ class Variant:
 
     def __str__(self) -> str:
         on = ",".join(k for k, v in self.flags if v) or "-"
-        return f"{self.kernel} {_DTYPES[self.dtype]} D={self.head_dim} {on}{' gqa' if self.gqa else ''} {self.cfg}"
+        extra = (" gqa" if self.gqa else "") + (" sanitize" if self.sanitize else "")
+        return f"{self.kernel} {_DTYPES[self.dtype]} D={self.head_dim} {on}{extra} {self.cfg}"
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,9 @@ def _loop_spills(sass: str) -> int:
 def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16, torch.float32)) -> list[Variant]:
     """Every kernel variant the backend launches on a GPU for these head dims and dtypes:
     each kernel for each flag combination the IR can produce (bf16, D=64), and each kernel
-    for every (dtype, head dim) with the hash-causal flags."""
+    for every (dtype, head dim) with the hash-causal flags; then the sanitizing variant
+    (``sanitize``, launched only for inputs holding an inf or NaN) of each of those, but fp32
+    at D >= 128 (the slowest to compile; the same code as the others)."""
     cuda = torch.device("cuda")
     combos = [
         dict(CAUSAL=c, STRICT=s, SAME_BUCKET=b, NOT_SELF=n)
@@ -210,6 +215,7 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
             for kernel in ("fwd", "dq", "dkdv"):
                 out.append(Variant(kernel, dtype, d, hash_causal, cfg))
             out.append(Variant("dkdv", dtype, d, hash_causal, cfg, gqa=True))
+    out += [replace(v, sanitize=True) for v in out if not (v.dtype == torch.float32 and v.head_dim >= 128)]
     return list(dict.fromkeys(out))
 
 

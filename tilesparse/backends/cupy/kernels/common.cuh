@@ -5,6 +5,10 @@
 // +inf and -inf without math headers
 #define POS_INF __uint_as_float(0x7f800000u)
 #define NEG_INF __uint_as_float(0xff800000u)
+#define QNAN __uint_as_float(0x7fc00000u)
+
+// false for inf and NaN
+static __device__ __forceinline__ bool is_finite(float x) { return fabsf(x) < POS_INF; }
 
 // element types: T is the storage, load() widens to float, round() rounds a float to T's precision
 struct F32 {

@@ -15,6 +15,13 @@
 // The softmax is SCFA's NaN-safe online softmax in log2 units: a row with no kept key ends
 // with l = 0, outputs zeros and stores lse = +inf, so its gradients are zero.
 //
+// Non-finite values: a product of a probability that is exactly 0 (a masked element) and an inf
+// or NaN is NaN, so every value a tile multiplies by such probabilities is read finite (a
+// non-finite one as 0) and the rows that keep it are made NaN instead: through the key's marks
+// in the forward pass (a NaN score), through a non-finite lse or delta in the backward pass.
+// A row's output and gradients then depend only on the keys its mask keeps. This happens in
+// the tile loads, not in the inner products.
+//
 // Thread map (NT = 256, BM = BN = 64): row i = tid / 4 of the tile, lane l4 = tid % 4; the four
 // lanes of a row sit in one warp. A lane owns the scores of columns j = l4 (mod 4) and the
 // output dims d = l4 (mod 4), so every shared score is written by one thread only.
@@ -139,11 +146,14 @@ struct KeyTile {
     int* ptr;      // n_feat + 1 CSC column pointers
     int* pos;      // BN positions (KEY_SENTINEL past T)
     int* bkt;      // BN buckets
+    int* bad;      // BN: n + 1 where key row c of tile n holds a non-finite k or v (forward), or nullptr
     short* row;    // BN * topk CSC key rows within the tile
 };
 
 // Load key tile n (layout rows [n * BN, n * BN + BN)): CSC, positions, buckets and V rows read
-// through the key order. Call between two __syncthreads.
+// through the key order, a non-finite value as 0 (and its key marked n + 1 in t.bad, when
+// given: a mark of another tile never matches, so the marks need no clearing). Call between
+// two __syncthreads.
 template <class DT, int HEAD_DIM>
 __device__ __forceinline__ void load_key_tile(const KeyTile& t, const Keys<DT>& g, int n) {
     const int tid = threadIdx.x;
@@ -152,8 +162,12 @@ __device__ __forceinline__ void load_key_tile(const KeyTile& t, const Keys<DT>& 
     const long long tile = g.bh * g.n_tiles + n;
     for (int f = tid; f <= g.n_feat; f += NT) t.ptr[f] = g.ptr[tile * (g.n_feat + 1) + f];
     for (int e = tid; e < rows * g.topk; e += NT) {
-        t.row[e] = g.row[tile * (BN * g.topk) + e];
-        t.val[e] = DT::load(g.val[tile * (BN * g.topk) + e]);
+        const short c = g.row[tile * (BN * g.topk) + e];
+        const float x = DT::load(g.val[tile * (BN * g.topk) + e]);
+        const bool ok = is_finite(x);
+        t.row[e] = c;
+        t.val[e] = ok ? x : 0.f;
+        if (!ok && t.bad != nullptr) t.bad[c] = n + 1;
     }
     for (int c = tid; c < BN; c += NT) {
         bool ok = c < rows;
@@ -164,13 +178,18 @@ __device__ __forceinline__ void load_key_tile(const KeyTile& t, const Keys<DT>& 
         int c = e / HEAD_DIM, d = e % HEAD_DIM;
         float x = 0.f;
         if (c < rows) x = DT::load(g.v[(long long)g.order[g.row0 + c0 + c] * g.stride_vt + d]);
+        if (!is_finite(x)) {
+            if (t.bad != nullptr) t.bad[c] = n + 1;
+            x = 0.f;
+        }
         t.v[c * (HEAD_DIM + 1) + d] = x;
     }
 }
 
 // Supports of query rows [r0, r0 + BM) (layout order) into shared memory, read through the
-// query order; rows past T keep feature 0 with value 0.
-template <class DT>
+// query order; rows past T keep feature 0 with value 0. With FINITE a non-finite value reads
+// as 0 (the dK/dV kernel: its row's lse is then not finite already).
+template <class DT, bool FINITE = false>
 __device__ __forceinline__ void load_query_supports(short* s_qid, float* s_qval, const int* q_order, const short* q_ids,
                                                     const typename DT::T* q_vals, long long row0, int r0, int seqlen,
                                                     int topk) {
@@ -179,18 +198,21 @@ __device__ __forceinline__ void load_query_supports(short* s_qid, float* s_qval,
         bool ok = rr < seqlen;
         long long src = ok ? (row0 + q_order[row0 + rr]) * topk + e % topk : 0;
         s_qid[e] = ok ? q_ids[src] : (short)0;
-        s_qval[e] = ok ? DT::load(q_vals[src]) : 0.f;
+        const float x = ok ? DT::load(q_vals[src]) : 0.f;
+        s_qval[e] = FINITE && !is_finite(x) ? 0.f : x;
     }
 }
 
-// dO of query rows [r0, r0 + BM) into shared memory (row stride HEAD_DIM + 1), zeros past T
+// dO of query rows [r0, r0 + BM) into shared memory (row stride HEAD_DIM + 1), zeros past T; a
+// non-finite value reads as 0 (its row's delta is not finite: the kernels poison the row by it)
 template <int HEAD_DIM>
 __device__ __forceinline__ void load_dout_rows(float* s_do, const float* dout, const int* q_order, long long row0,
                                                int r0, int seqlen) {
     for (int e = threadIdx.x; e < BM * HEAD_DIM; e += NT) {
         int ii = e / HEAD_DIM, d = e % HEAD_DIM;
         int rr = r0 + ii;
-        s_do[ii * (HEAD_DIM + 1) + d] = rr < seqlen ? dout[(row0 + q_order[row0 + rr]) * HEAD_DIM + d] : 0.f;
+        const float x = rr < seqlen ? dout[(row0 + q_order[row0 + rr]) * HEAD_DIM + d] : 0.f;
+        s_do[ii * (HEAD_DIM + 1) + d] = is_finite(x) ? x : 0.f;
     }
 }
 
@@ -264,11 +286,13 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
     t.ptr = (int*)(s_qval + BM * topk);             // n_feat + 1
     t.pos = t.ptr + n_feat + 1;                     // BN
     t.bkt = t.pos + BN;                             // BN
-    t.row = (short*)(t.bkt + BN);                   // BN * topk
+    t.bad = t.bkt + BN;                             // BN
+    t.row = (short*)(t.bad + BN);                   // BN * topk
     short* s_qid = t.row + BN * topk;               // BM * topk
 
     const int tid = threadIdx.x, i = tid >> 2, l4 = tid & 3;
     const int m = blockIdx.x, bh = blockIdx.y;
+    for (int c = tid; c < BN; c += NT) t.bad[c] = 0;  // before the first tile's barrier
     const int b = bh / heads_g, hkv = head_map[bh % heads_g] / kv_group;
     const long long row0 = (long long)bh * seqlen;
     const Keys<DT> g = {k_order, k_pos, k_bucket, kc_ptr, kc_row, kc_val, v + b * stride_vb + hkv * stride_vh,
@@ -304,7 +328,10 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
 #pragma unroll
             for (int jj = 0; jj < BN / 4; ++jj) {
                 int j = l4 + 4 * jj;
-                sv[jj] = element_kept(row_ok, n, j, seqlen, masked, qp, qb, t, flags) ? s_row[j] * qk_scale : NEG_INF;
+                // a kept key holding a non-finite k or v: a NaN score, so the row ends NaN
+                sv[jj] = element_kept(row_ok, n, j, seqlen, masked, qp, qb, t, flags)
+                             ? (t.bad[j] == n + 1 ? QNAN : s_row[j] * qk_scale)
+                             : NEG_INF;
                 mx = fmaxf(mx, sv[jj]);
             }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -372,6 +399,7 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dq(
     t.ptr = (int*)(s_dq + BM * topk);               // n_feat + 1
     t.pos = t.ptr + n_feat + 1;                     // BN
     t.bkt = t.pos + BN;                             // BN
+    t.bad = nullptr;
     t.row = (short*)(t.bkt + BN);                   // BN * topk
     short* s_qid = t.row + BN * topk;               // BM * topk
 
@@ -462,6 +490,7 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dkdv(
     t.ptr = (int*)(s_delta + BM);                   // n_feat + 1
     t.pos = t.ptr + n_feat + 1;                     // BN
     t.bkt = t.pos + BN;                             // BN
+    t.bad = nullptr;
     int* s_qpos = t.bkt + BN;                       // BM
     int* s_qbkt = s_qpos + BM;                      // BM
     t.row = (short*)(s_qbkt + BM);                  // BN * topk
@@ -498,7 +527,7 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dkdv(
         for (int mt = lo; mt < hi; ++mt) {
             const bool masked = mt < f0 || mt >= f1;
             __syncthreads();  // the previous query tile is consumed
-            load_query_supports<DT>(s_qid, s_qval, q_order, q_ids, q_vals, row0, mt * BM, seqlen, topk);
+            load_query_supports<DT, true>(s_qid, s_qval, q_order, q_ids, q_vals, row0, mt * BM, seqlen, topk);
             load_dout_rows<HEAD_DIM>(s_do, dout, q_order, row0, mt * BM, seqlen);
             for (int ii = tid; ii < BM; ii += NT) {
                 int rr = mt * BM + ii;
@@ -518,6 +547,7 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dkdv(
                 // n is this program's key block: element_kept's column bound is the same as j < rows_k
                 if (element_kept(row_ok, n, j, seqlen, masked, s_qpos[i], s_qbkt[i], t, flags)) {
                     p = exp2f(s_row[j] * qk_scale - s_lse[i]);
+                    if (!is_finite(s_delta[i])) p = QNAN;  // a row with a non-finite output or dO
                     ds = element_ds<HEAD_DIM>(p, s_do + i * HDP, t.v + j * HDP, s_delta[i]);
                 }
                 s_row[j] = p;

@@ -1,0 +1,110 @@
+"""NaN containment in the compiled kernels on the GPU (run with TRITON_INTERPRET=0): an inf or
+NaN in v or k at a key that some rows of its tiles keep and others do not reaches only the rows
+that keep it, in the Triton kernels (forward, dQ, dK/dV; fp16 and bf16, D 64 and 128; the
+sanitizing variants run only then) and in the CuPy kernels (TopKFeatures); the other rows'
+outputs and gradients equal the reference's on clean inputs, and the rows that keep it are
+not finite. With finite inputs the sanitizing variants exit at once and the result is the one
+the unchanged kernels give, bit for bit.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilesparse as ts
+from tilesparse.backends.triton.nonfinite import nonfinite_flag
+
+DEVICE = torch.device("cuda")
+T, J = 1024, 300
+
+
+def _setup(spec, dtype, D, seed=0):
+    g = torch.Generator(DEVICE).manual_seed(seed)
+    q, k, v = (torch.randn((1, 2, T, D), generator=g, device=DEVICE).to(dtype) for _ in range(3))
+    dec = ts.compile(spec).decide(q, k, generator=torch.Generator(DEVICE).manual_seed(seed))
+    if dec.k_keep is not None:  # key J kept: some rows keep it, dropped and earlier rows do not
+        dec = ts.Decisions(**{n: t for n, t in dec.items() if t is not None and n != "k_keep"},
+                           k_keep=dec.k_keep.clone().index_fill_(2, torch.tensor([J], device=DEVICE), True))  # fmt: skip
+    return q, k, v, dec
+
+
+def _mask(dec) -> torch.Tensor:
+    i = torch.arange(T, device=DEVICE)
+    mask = (i.view(1, T) <= i.view(T, 1)).expand(1, 2, T, T)
+    if dec.q_bucket is not None:
+        mask = mask & (dec.q_bucket[..., :, None] == dec.k_bucket[..., None, :])
+    if dec.q_keep is not None:
+        mask = mask & dec.q_keep[..., :, None] & dec.k_keep[..., None, :]
+    return mask
+
+
+def _run(attn, q, k, v, dec, w):
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = attn(*leaves, decisions=dec)
+    (out.float() * w).square().sum().backward()
+    return out.detach().float(), [t.grad.float() for t in leaves]
+
+
+def _check(spec, backend, dtype, D, tensor, value, feature_key=False):
+    q, k, v, dec = _setup(spec, dtype, D)
+    w = torch.rand((1, 2, T, D), device=DEVICE)
+    want, want_grads = _run(ts.compile(spec, backend="reference"), q.float(), k.float(), v.float(), dec, w)
+    bad = {"k": k.clone(), "v": v.clone()}
+    if tensor == "v":
+        bad["v"][:, :, J, 3] = value
+    elif feature_key:  # a feature key J keeps: the feature score reads it
+        for h in range(2):
+            bad["k"][0, h, J, dec.k_support[0, h, J, 0]] = value
+    else:
+        bad["k"][:, :, J, 3] = value
+    out, grads = _run(ts.compile(spec, backend=backend), q, bad["k"], bad["v"], dec, w)
+    mask = _mask(dec)
+    hit = mask[..., J]
+    hit_keys = (mask & hit[..., None]).any(-2)
+    assert hit.any() and (~hit).any()
+    tol = 2e-2 if dtype == torch.float16 else 6e-2
+    torch.testing.assert_close(out[~hit], want[~hit], rtol=tol, atol=tol)
+    torch.testing.assert_close(grads[0][~hit], want_grads[0][~hit], rtol=tol, atol=tol)
+    for got, ref in zip(grads[1:], want_grads[1:], strict=True):
+        torch.testing.assert_close(got[~hit_keys], ref[~hit_keys], rtol=tol, atol=tol)
+    if dec.q_keep is not None:
+        assert not out[~dec.q_keep].any()
+    assert not torch.isfinite(out[hit]).all(-1).any()
+    assert not torch.isfinite(grads[2][hit_keys]).all(-1).any()
+
+
+SPECS = [ts.Dense(), ts.Hash(buckets=4), ts.QKDrop(keep=0.5)]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=str)
+@pytest.mark.parametrize("dtype,D", [(torch.float16, 64), (torch.bfloat16, 128)], ids=["fp16-64", "bf16-128"])
+@pytest.mark.parametrize("tensor,value", [("v", float("inf")), ("k", float("nan"))], ids=["v-inf", "k-nan"])
+def test_triton_contains_a_non_finite_key(spec, dtype, D, tensor, value):
+    _check(spec, "triton", dtype, D, tensor, value)
+
+
+@pytest.mark.parametrize("spec", [ts.TopKFeatures(k=8), ts.Hybrid(parts=[ts.Hash(buckets=4), ts.TopKFeatures(k=8)])], ids=str)
+@pytest.mark.parametrize("tensor,value", [("v", float("inf")), ("k", float("nan"))], ids=["v-inf", "k-nan"])
+def test_cupy_contains_a_non_finite_key(spec, tensor, value):
+    _check(spec, "cupy", torch.float16, 64, tensor, value, feature_key=True)
+
+
+@pytest.mark.parametrize("dtype,D", [(torch.float16, 64), (torch.bfloat16, 128)], ids=["fp16-64", "bf16-128"])
+def test_finite_inputs_take_the_unchanged_kernels(dtype, D, monkeypatch):
+    """The flag is 0 for finite inputs, 1 for any inf or NaN; a finite call gives bit for bit
+    what the unchanged variants alone give (the sanitizing launches exit at once)."""
+    from tilesparse.backends.triton import op
+
+    q, k, v, dec = _setup(ts.Hash(buckets=4), dtype, D)
+    assert int(nonfinite_flag(q, k, v)) == 0
+    for bad in (float("inf"), float("-inf"), float("nan")):
+        x = v.clone()
+        x[0, 1, 5, 7] = bad
+        assert int(nonfinite_flag(q, k, x)) == 1
+    attn = ts.compile(ts.Hash(buckets=4), backend="triton")
+    w = torch.rand((1, 2, T, D), device=DEVICE)
+    a, ga = _run(attn, q, k, v, dec, w)
+    monkeypatch.setattr(op, "launch_pair", lambda kernel, grid, *args, **kw: kernel[grid](*args, **kw))
+    b, gb = _run(attn, q, k, v, dec, w)
+    assert torch.isfinite(a).all() and torch.equal(a, b) and all(torch.equal(x, y) for x, y in zip(ga, gb, strict=True))

@@ -198,7 +198,7 @@ def probe_pattern(name, spec, shape, args, device, counter) -> dict:
         out = []
         for i in indexed:
             a = plan.assignments[i]
-            out.append((a, a.builder.prepare(plan.program, a.group, a.heads, with_dense_heads(dec, a.dense_heads), inputs)))
+            out.append((a, a.builder.build(plan.program, a.group, a.heads, with_dense_heads(dec, a.dense_heads), inputs)))
         return out
 
     prepared = index()

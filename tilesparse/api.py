@@ -311,15 +311,21 @@ class CompiledAttention:
         with library.no_autocast(q.device):
             return self._eager(q, k, v, decisions, generator)
 
-    def _eager(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, generator) -> Tensor:
-        """The call outside dynamo (and inside the custom op): the plan's steps, executed."""
+    def _eager(
+        self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, generator, *, keep_last: bool = True
+    ) -> Tensor:
+        """The call outside dynamo (and inside the custom op): the plan's steps, executed.
+        ``keep_last``: keep the index tensors for explain() (not inside the custom op, nor
+        during a CUDA graph capture: a tensor kept from a graph's pool would outlive its
+        replay, and torch.compile's CUDA graphs refuse untracked live allocations)."""
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
         self._poll_errors(inputs.device)
         plan = self._plan(inputs, decides=decisions is None)
         poison: list = []  # NaN where the call's ids, checked on the device, are out of range
         ex = execute(plan, inputs, self._decide_step(inputs, decisions, generator, poison))
-        self._last = tuple(g for g in ex.prepared if g is not None)
+        if keep_last and not (inputs.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            self._last = tuple(g for g in ex.prepared if g is not None)
         return poisoned(ex.out, poison[0] if poison else None)
 
     def _traced(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None) -> Tensor:

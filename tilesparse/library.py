@@ -78,7 +78,7 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, decisions: list[Tensor], key: st
     if trusted:
         dec = dec.trusted(attn.spec)
     with no_autocast(q.device):
-        return attn._eager(q, k, v, dec if decisions else None, None).contiguous()
+        return attn._eager(q, k, v, dec if decisions else None, None, keep_last=False).contiguous()
 
 
 attention = torch.library.custom_op("tilesparse::attention", _attention, mutates_args=())

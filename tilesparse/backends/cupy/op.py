@@ -43,22 +43,22 @@ def _arg(x):
 
 
 _STREAMS: dict[tuple[int, int], object] = {}  # (device, torch stream) -> cupy's handle on it
-# (device, source, instances, kernel) -> dynamic shared memory opted in to; not id(kernel):
-# get_function returns a new object per call, and a collected one's id is reused by others
-_SMEM_SET: dict[tuple, int] = {}
 
 
 def launch(source: str, instances: tuple[str, ...], name: str, grid: tuple, block: int, smem: int, args: tuple) -> None:
     """Launch ``name`` of ``kernels/<source>`` on torch's current stream (the stream handle and
-    the shared-memory opt-in are set once, not per call: a launch is host time)."""
+    the shared-memory opt-in are set once, not per call: a launch is host time). The opt-in is
+    remembered on the compiled module itself: a module compiled again (a cleared cache, another
+    compiler) has kernels of its own that need it again."""
     import cupy
 
-    fn = module(source, instances).get_function(name)
+    mod = module(source, instances)
+    fn = mod.get_function(name)
     device = torch.cuda.current_device()
-    opted = (device, source, instances, name)
-    if smem > 48 * 1024 and _SMEM_SET.get(opted, 0) < smem:
+    opted = mod.__dict__.setdefault("smem_opted_in", {})
+    if smem > 48 * 1024 and opted.get((device, name), 0) < smem:
         fn.max_dynamic_shared_size_bytes = smem
-        _SMEM_SET[opted] = smem
+        opted[(device, name)] = smem
     ptr = torch.cuda.current_stream(device).cuda_stream
     stream = _STREAMS.get((device, ptr))
     if stream is None:

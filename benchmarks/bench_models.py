@@ -32,20 +32,13 @@ from torch.profiler import ProfilerActivity, profile
 
 import tilesparse as ts
 from tilesparse.backends.triton.op import tile_config
+from tilesparse.bench.grid import PATTERNS as GRID_PATTERNS
 from tilesparse.ir import tile_stats
 
 DEV = torch.device("cuda")
-PATTERNS = {
-    "dense": ts.Dense(),
-    "keep0.7": ts.QKDrop(keep=0.7),
-    "keep0.5": ts.QKDrop(keep=0.5),
-    "keep0.3": ts.QKDrop(keep=0.3),
-    "hash8": ts.Hash(buckets=8),
-    "hash16": ts.Hash(buckets=16),
-    "hash64": ts.Hash(buckets=64),
-    "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)]),
-    "topk8": ts.TopKFeatures(k=8),
-}
+# the benchmark's patterns (tilesparse.bench.grid), each compiled with backend "auto" unless
+# the command line says otherwise
+PATTERNS = {name: p.spec for name, p in GRID_PATTERNS.items() if name not in ("dense-triton", "perhead")}
 DEFAULT_SHAPES = "1,32,8,128,8192;1,32,8,128,16384;1,32,8,128,32768;1,32,8,128,65536"
 DEFAULT_PATTERNS = "dense,keep0.7,keep0.5,keep0.3,hash8,hash16,hash64,hybrid"
 

@@ -52,19 +52,9 @@ import tilesparse as ts  # noqa: E402
 from tilesparse.execute import with_dense_heads  # noqa: E402
 from tilesparse.ir import check_inputs, check_tensor_args  # noqa: E402
 from tilesparse.sdpa_call import parse_sdpa_call  # noqa: E402
+from tilesparse.bench.grid import PATTERNS as GRID_PATTERNS  # noqa: E402
 
-PATTERNS = {
-    "dense-triton": ts.Dense(),
-    "keep0.7": ts.QKDrop(keep=0.7),
-    "keep0.5": ts.QKDrop(keep=0.5),
-    "keep0.3": ts.QKDrop(keep=0.3),
-    "hash8": ts.Hash(buckets=8),
-    "hash16": ts.Hash(buckets=16),
-    "hash64": ts.Hash(buckets=64),
-    "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)]),
-    "perhead": ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=16)),
-    "topk8": ts.TopKFeatures(k=8),
-}
+PATTERNS = {name: p.spec for name, p in GRID_PATTERNS.items() if name != "dense"}  # Dense on Triton
 SHAPES = ("1x16x16x64x4096", "1x32x8x128x4096")
 
 

@@ -34,8 +34,11 @@ PATTERNS: dict[str, Pattern] = {
     "hash16": Pattern(ts.Hash(buckets=16)),
     "hash64": Pattern(ts.Hash(buckets=64)),
     "hybrid": Pattern(ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)])),
-    # not in any grid: the Triton kernels on the dense pattern (what auto sends to SDPA)
+    # not in any grid: the Triton kernels on the dense pattern (what auto sends to SDPA), a
+    # PerHead spec and top-k feature sparsity (the model-shape benchmark and the host probe)
     "dense-triton": Pattern(ts.Dense(), backend="triton"),
+    "perhead": Pattern(ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=16))),
+    "topk8": Pattern(ts.TopKFeatures(k=8)),
 }
 DEFAULT_PATTERNS = ("dense", "keep0.7", "keep0.5", "keep0.3", "hash8", "hash16", "hash64", "hybrid")
 FLEX_DEFAULT_PATTERNS = ("hash16", "keep0.5", "hybrid")

@@ -2,11 +2,13 @@
 
 ``specs``, ``decisions`` and ``attention_inputs`` draw patterns, decisions for a pattern and
 inputs; ``assert_equivalent`` checks a compiled op's output and gradients against its
-reference; ``assert_same_index_tensors`` checks a backend's own index building against the
+reference; ``assert_query_contained`` that a non-finite query reaches only its row and the keys
+it keeps; ``assert_same_index_tensors`` checks a backend's own index building against the
 IR's; ``AttentionBlock`` is a minimal model around an op, for torch.compile checks. Needs
 ``hypothesis`` (the ``test`` extra); importing ``tilesparse`` does not import this module.
 """
 
+from .containment import assert_query_contained
 from .equivalence import assert_equivalent, tolerance
 from .index import INDEX_FIELDS, assert_same_index_tensors
 from .module import AttentionBlock
@@ -18,6 +20,7 @@ __all__ = [
     "SPEC_KINDS",
     "AttentionBlock",
     "assert_equivalent",
+    "assert_query_contained",
     "assert_same_index_tensors",
     "attention_inputs",
     "decisions",

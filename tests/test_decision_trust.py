@@ -10,8 +10,11 @@ runs that path on the CPU; tests/gpu/test_graph_capture_gpu.py on CUDA), and
 ``check_decision_tensor``; CUDA itself in tests/gpu). CPU, Triton interpreted.
 """
 
+import warnings
+
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tilesparse as ts
 from tilesparse.patterns.decisions import check_decision_tensor
@@ -69,6 +72,21 @@ def test_trust_ends_with_any_in_place_write_or_a_swapped_tensor():
     view = attn.decide(q, k)
     view.q_bucket.view(-1)[0] = 3  # a write through a view
     assert not view.trusted_for(spec)
+
+
+@pytest.mark.parametrize("storage", ["fake", "meta"])
+def test_decisions_without_real_storage_are_never_trusted(storage):
+    spec = ts.Hash(buckets=2)
+    real = ts.Decisions(q_bucket=torch.zeros(1, 2, 8, dtype=torch.int64), k_bucket=torch.zeros(1, 2, 8, dtype=torch.int64))
+    assert real.trusted(spec).trusted_for(spec)  # the same decisions with storage are
+    if storage == "meta":
+        dec = ts.Decisions(**{n: t.to("meta") for n, t in real.items() if t is not None})
+        assert not dec.trusted(spec).trusted_for(spec)
+        return
+    with FakeTensorMode() as mode, warnings.catch_warnings():
+        warnings.simplefilter("error")  # no data pointer of a fake tensor is read
+        dec = ts.Decisions(**{n: mode.from_tensor(t) for n, t in real.items() if t is not None})
+        assert not dec.trusted(spec).trusted_for(spec)
 
 
 def test_the_device_side_check_stops_an_out_of_range_id_without_reading_it_back():

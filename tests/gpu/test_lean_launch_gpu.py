@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
 
 import tilesparse as ts
 from tilesparse.backends.triton import index, kernels
@@ -34,8 +35,8 @@ def _run(attn, q, k, v, dec, go):
 @pytest.mark.parametrize("shape", [(2, 4, 4, 64, 1000), (1, 8, 2, 128, 777)], ids=["mha-d64", "gqa-d128"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_lean_path_is_bitwise_the_normal_path(name, shape, causal):
-    if not lean_supported():
-        pytest.skip(f"the lean path is off on Triton {__import__('triton').__version__} (normal path only)")
+    """On a Triton the lean path supports it launches and matches the normal path bitwise; on
+    any other it stays off (every launch takes the normal path, the results are the same)."""
     B, H, Hkv, D, T = shape
     attn = ts.compile(SPECS[name], causal=causal, backend="triton")
     gen = torch.Generator(device=DEVICE).manual_seed(0)
@@ -51,4 +52,8 @@ def test_lean_path_is_bitwise_the_normal_path(name, shape, causal):
         got = _run(attn, q, k, v, dec, go)
         for w, g, what in zip(want, got, ("out", "dq", "dk", "dv"), strict=True):
             assert torch.equal(w, g), f"{name} step {step}: {what} differs between the lean and the normal path"
-    assert sum(lean(f).hits for f in KERNELS) > hits, "the lean path never launched"
+    launched = sum(lean(f).hits for f in KERNELS) > hits
+    if lean_supported():
+        assert launched, "the lean path never launched"
+    else:
+        assert not launched, f"the lean path launched on Triton {triton.__version__}, which it does not support"

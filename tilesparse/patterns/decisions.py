@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 
 __all__ = ["DECISION_FIELDS", "Decisions", "check_decision_tensor", "check_decisions"]
 
@@ -87,17 +88,15 @@ class Decisions:
 def _stamp(dec: Decisions) -> tuple | None:
     """What the contents of ``dec``'s tensors are known by: per field its data pointer, version
     counter (bumped by every in-place write), shape and strides; None for tensors without
-    storage (fake tensors while tracing), which are never trusted."""
+    real storage (fake tensors while tracing, meta tensors), which are never trusted: their data
+    pointers say nothing of their contents."""
     out = []
     for name, t in dec.items():
         if t is None:
             continue
-        if not isinstance(t, Tensor):
+        if not isinstance(t, Tensor) or is_fake(t) or t.device.type == "meta":
             return None
-        try:
-            out.append((name, t.data_ptr(), t._version, tuple(t.shape), t.stride()))
-        except (RuntimeError, NotImplementedError):
-            return None
+        out.append((name, t.data_ptr(), t._version, tuple(t.shape), t.stride()))
     return tuple(out)
 
 

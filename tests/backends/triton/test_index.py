@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from ...ir import HeadGroup, Keep, PreparedGroup, Program, SameBucket, max_segments
 from ...ir.prepare import assemble_group, head_map, select_heads
-from .compile import SHARED_LIMIT, module
+from .compile import SHARED_LIMIT
 from .layout import P_CAUSAL, P_NOT_SELF, P_STRICT, predicate_bits
 from .op import _DTYPE_TAG, launch
 

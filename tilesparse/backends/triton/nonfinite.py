@@ -35,5 +35,6 @@ def launch_pair(kernel, grid, *args, **kwargs) -> None:
     sanitizing variant exits at once on finite inputs; the unchanged dK/dV kernel reads the
     flag only before its stores, where it leaves its loops' code as it was), so exactly one
     writes the outputs and the unchanged tile loops stay as they were compiled."""
-    lean(kernel)[grid](*args, **kwargs)
-    lean(kernel)[grid](*args, SANITIZE=True, **kwargs)
+    launch = lean(kernel)[grid]
+    launch(*args, **kwargs)
+    launch(*args, SANITIZE=True, **kwargs)

@@ -1,8 +1,9 @@
 """Host time per call, by stage: where the CPU spends a call of every built-in pattern.
 
-Each figure is the mean host time of ``--calls`` back-to-back runs of one stage (time.perf_counter,
-one synchronize before and after the loop, none inside), after warm-up (compilation excluded),
-in microseconds. Stages, in the order a call runs them:
+Each figure is the mean host time of ``--calls`` runs of one stage (time.perf_counter), each
+started on an idle device (a synchronize before it, not timed: a loop of calls without one
+would time the GPU once the launch queue fills), after warm-up (compilation excluded), in
+microseconds. Stages, in the order a call runs them:
 
 - ``checks``: the argument checks (tensor arguments, SDPA keywords, inputs, spec fits);
 - ``plan``: the plan lookup;
@@ -67,29 +68,23 @@ STAT = ["mean"]  # --stat
 
 
 def host_us(fn, calls: int, device: torch.device, *, sync_each: bool = False, warmup: int = 3) -> float:
-    """Host time of ``fn`` over ``calls`` runs (us; the mean, or with ``--stat median`` the
-    median of single runs: steadier on a shared CPU); ``sync_each``: synchronize after each."""
+    """Host time of ``fn`` (us; the mean over ``calls`` runs, or with ``--stat median`` the
+    median): each run starts on an idle device (a synchronize before it, outside the timing),
+    so the figure is the time to enqueue the call, never the wait for a full launch queue
+    behind kernels slower than the host; ``sync_each``: the run includes a synchronize after
+    the call (the wall time of a call that waits on its result)."""
     for _ in range(warmup):
         fn()
-    _sync(device)
-    if STAT[0] == "median":
-        times = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            fn()
-            if sync_each:
-                _sync(device)
-            times.append(time.perf_counter() - t0)
-        _sync(device)
-        return 1e6 * statistics.median(times)
-    t0 = time.perf_counter()
+    times = []
     for _ in range(calls):
+        _sync(device)
+        t0 = time.perf_counter()
         fn()
         if sync_each:
             _sync(device)
-    t1 = time.perf_counter()
+        times.append(time.perf_counter() - t0)
     _sync(device)
-    return 1e6 * (t1 - t0) / calls
+    return 1e6 * (statistics.median(times) if STAT[0] == "median" else statistics.fmean(times))
 
 
 class LaunchCounter:

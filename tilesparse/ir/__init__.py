@@ -1,5 +1,6 @@
 """The IR: lowering specs to programs, preparing runtime index tensors, checking invariants."""
 
+from ..patterns.device_constants import device_constant
 from .inputs import SUPPORTED_DTYPES, AttentionInputs, check_inputs, check_scale, check_tensor_args
 from .inspect import (
     ideal_tiles,
@@ -69,6 +70,7 @@ __all__ = [
     "check_scale",
     "check_tensor_args",
     "dense_mask",
+    "device_constant",
     "element_mask",
     "ideal_tiles",
     "keep_element",

@@ -26,13 +26,13 @@ tiles are exactly the non-empty ones when each block holds one segment per bucke
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ..patterns import Decisions
+from ..patterns.device_constants import device_constant
 from .program import FeatureDotScore, HeadGroup, Keep, Layout, NotSelf, Program, SameBucket
 from .semantics import DROPPED_K_BUCKET, DROPPED_Q_BUCKET, KEY_SENTINEL, QUERY_SENTINEL
 
@@ -262,18 +262,17 @@ def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_sid
     )
 
 
-@functools.lru_cache(maxsize=64)
 def head_map(heads: tuple[int, ...], device: torch.device) -> Tensor:
-    """The group's query heads as an int32 device tensor (cached: one upload per group)."""
-    return torch.tensor(heads, dtype=torch.int32, device=device)
+    """The group's query heads as an int32 device tensor (kept: one upload per group, outside
+    any CUDA graph pool; see ``patterns.device_constants``)."""
+    return device_constant(tuple(heads), torch.int32, torch.device(device))
 
 
-@functools.lru_cache(maxsize=64)
 def head_index(heads: tuple[int, ...], device: torch.device) -> Tensor:
-    """``heads`` as an int64 index tensor on ``device`` (cached: one upload, at the first call;
+    """``heads`` as an int64 index tensor on ``device`` (kept: one upload, at the first call;
     indexing with a Python list would upload it on every call, a copy that waits for the
     host and that a CUDA graph cannot capture)."""
-    return torch.tensor(heads, dtype=torch.int64, device=torch.device(device))
+    return device_constant(tuple(heads), torch.int64, torch.device(device))
 
 
 def _big(T: int, buckets: int) -> int:

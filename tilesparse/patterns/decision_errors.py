@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from .decisions import Decisions
+from .device_constants import outside_graph_pools
 
 __all__ = [
     "DEFERRED_DEVICES",
@@ -99,9 +100,12 @@ class DeviceErrors:
     def __init__(self, owner: str, rows: tuple[Row, ...], device: torch.device):
         self.owner, self.rows, self.device = owner, rows, device
         init = [[_INT64_MAX, _INT64_MIN]] * len(rows)
-        self.init = torch.tensor(init, dtype=torch.int64, device=device)
-        self.record = self.init.clone()
-        self.bounds = torch.tensor([r.bound for r in rows], dtype=torch.int64, device=device)
+
+        def make():  # kept across calls (the record is folded into by every call): outside graph pools
+            first = torch.tensor(init, dtype=torch.int64, device=device)
+            return first, first.clone(), torch.tensor([r.bound for r in rows], dtype=torch.int64, device=device)
+
+        self.init, self.record, self.bounds = outside_graph_pools(device, make)
         cuda = device.type == "cuda"
         self.host = torch.empty((len(rows), 2), dtype=torch.int64, pin_memory=cuda)
         self.event = torch.cuda.Event() if cuda else None

@@ -22,12 +22,11 @@ states that meaning independently, for the reference.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import Tensor
 
 from .decisions import Decisions
+from .device_constants import device_constant
 from .specs import Dense, Hash, Hybrid, MaskMod, PerHead, QKDrop, TopKFeatures, _Spec
 
 __all__ = [
@@ -121,7 +120,7 @@ def padded_decisions(
         for name, t in fields.items():
             if t is not None and name.endswith(("_keep", "_bucket")):
                 # an index on the device, made once: a list or mask uploaded per call would wait
-                index = _head_index(dense, t.device)
+                index = device_constant(dense, torch.int64, t.device)
                 fields[name] = t.index_fill(1, index, name.endswith("_keep"))
     need = padded.decision_fields
     like = document_ids if document_ids is not None else key_padding_mask
@@ -141,11 +140,6 @@ def padded_decisions(
             fields["q_bucket"] = fields["q_bucket"].to(torch.int32) * documents + qd
             fields["k_bucket"] = fields["k_bucket"].to(torch.int32) * documents + kd
     return Decisions(**{n: t for n, t in fields.items() if n in need})
-
-
-@functools.lru_cache(maxsize=64)
-def _head_index(heads: tuple[int, ...], device: torch.device) -> Tensor:
-    return torch.tensor(heads, dtype=torch.int64, device=device)
 
 
 def padding_mask_mod(key_padding_mask: Tensor | None, document_ids: Tensor | None, q_len: int) -> MaskMod | None:

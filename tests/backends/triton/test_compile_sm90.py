@@ -23,7 +23,7 @@ import sys
 import pytest
 import torch
 
-from tilesparse.backends.triton.sm90 import SHARED_LIMIT, index_variants, variants
+from tilesparse.backends.triton.sm90 import SHARED_LIMIT, flag_variants, index_variants, variants
 
 # (kernel, dtype, head dim, gqa) -> most in-loop LDL/STL over its flag variants, measured with
 # triton 3.6 on 2026-11-30. Each listed 16-bit variant spills a little inside its loops yet runs
@@ -122,6 +122,13 @@ def test_index_kernel_compiles_for_sm90(name, constexprs, reports):
     assert r is not None, f"index kernel {name} {constexprs} was not compiled"
     assert r["shared"] <= SHARED_LIMIT, f"{name} {constexprs}: {r['shared']} bytes of shared memory > {SHARED_LIMIT}"
     assert r["loop_spills"] == 0, f"{name} {constexprs}: {r['loop_spills']} spill loads/stores inside loops ({r})"
+
+
+@pytest.mark.parametrize("variant", flag_variants(), ids=str)
+def test_nonfinite_flag_kernel_compiles_for_sm90(variant, reports):
+    r = reports.get(f"flag {variant}")
+    assert r is not None, f"flag kernel {variant} was not compiled"
+    assert r["loop_spills"] == 0, f"flag kernel {variant}: {r['loop_spills']} spill loads/stores inside loops ({r})"
 
 
 def test_loop_spill_reader_sees_spills():

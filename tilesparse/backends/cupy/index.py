@@ -14,7 +14,6 @@ same generator the buckets agree with the criterion's up to the rounding of the 
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -22,6 +21,7 @@ import torch
 from torch import Tensor
 
 from ...ir import HeadGroup, Keep, PreparedGroup, Program, SameBucket, max_segments
+from ...ir import device_constant
 from ...ir.prepare import assemble_group, head_map, select_heads
 from .compile import SHARED_LIMIT
 from .layout import P_CAUSAL, P_NOT_SELF, P_STRICT, predicate_bits
@@ -130,10 +130,10 @@ def _count(q, k, rotations, heads, qb, kb, qk, kk, n_buckets: int, has_bucket: b
     return counts
 
 
-@functools.lru_cache(maxsize=16)
 def _unused(device: torch.device, dtype: torch.dtype) -> Tensor:
-    """A one-element stand-in for a pointer argument the kernel's flags leave unread."""
-    return torch.empty(1, dtype=dtype, device=device)
+    """A one-element stand-in for a pointer argument the kernel's flags leave unread (kept,
+    outside any CUDA graph pool)."""
+    return device_constant((0,), dtype, device)
 
 
 def _bytes(t: Tensor) -> Tensor:

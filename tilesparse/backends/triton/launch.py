@@ -64,20 +64,22 @@ def _int_key(a: int) -> int:
 
 
 def arg_key(args: Sequence) -> tuple:
-    """What Triton specializes a launch on, per runtime argument (see the module docstring)."""
+    """What Triton specializes a launch on, per runtime argument (see the module docstring).
+    Ints first: most arguments are strides and sizes."""
     out = []
     for a in args:
-        if isinstance(a, Tensor):
+        kind = type(a)
+        if kind is int:
+            out.append(_int_key(a))
+        elif isinstance(a, Tensor):
             out.append(a.dtype)
             out.append(a.data_ptr() % 16 == 0)
-        elif type(a) is int:
-            out.append(_int_key(a))
-        elif type(a) is float:
+        elif kind is float:
             out.append(float)
-        elif a is None or type(a) is bool:
+        elif a is None or kind is bool:
             out.append((a,))
         else:
-            raise TypeError(f"lean launch: argument of type {type(a).__name__} is not a tensor, int, float, bool or None")
+            raise TypeError(f"lean launch: argument of type {kind.__name__} is not a tensor, int, float, bool or None")
     return tuple(out)
 
 
@@ -134,7 +136,12 @@ class LeanKernel:
     def __getitem__(self, grid: tuple[int, ...]):
         return lambda *args, **constants: self.launch(grid, args, constants)
 
-    def launch(self, grid: tuple[int, ...], args: tuple, constants: dict) -> None:
+    def keyed(self, args: tuple) -> tuple | None:
+        """``arg_key(args)`` where a launch would compute it: launches of one argument list
+        with other constants (a launch pair) share it."""
+        return arg_key(args) if self.enabled and not _NORMAL[0] else None
+
+    def launch(self, grid: tuple[int, ...], args: tuple, constants: dict, args_key: tuple | None = None) -> None:
         if not self.enabled or _NORMAL[0]:
             self.fn[grid](*args, **constants)
             return
@@ -143,7 +150,7 @@ class LeanKernel:
             self.fn[grid](*args, **constants)  # a profiler listens: its hooks see every launch
             return
         device = self._device()
-        key = (device, tuple(constants.items()), arg_key(args))
+        key = (device, tuple(constants.items()), arg_key(args) if args_key is None else args_key)
         compiled = self.cache.get(key)
         if compiled is None:
             self.misses += 1

@@ -47,7 +47,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import tilesparse as ts  # noqa: E402
-from tilesparse.inference import decode_step  # noqa: E402
+from tilesparse.inference import decode_step, key_slices  # noqa: E402
 
 PATTERNS = {
     "hash16": ts.Hash(buckets=16),
@@ -124,14 +124,7 @@ def step_bytes(cache, q_dec, H) -> dict:
     """Bytes the kernel reads for this step, the ideal, and dense decoding's."""
     esize = torch.finfo(cache.dtype).bits // 8
     D, L = cache.head_dim, cache.length
-    dense = cache._dense_dev.view(1, H)
-    qg = torch.zeros((cache.batch, H), dtype=torch.int64, device=cache.device)
-    if cache._hash is not None:
-        qg = torch.where(dense, 0, q_dec.q_bucket[..., 0].long())
-    lo = cache.starts.gather(-1, qg.unsqueeze(-1)).squeeze(-1)
-    count = cache.starts.gather(-1, (qg + 1).unsqueeze(-1)).squeeze(-1) - lo
-    if cache._drop is not None:
-        count = torch.where(q_dec.q_keep[..., 0] | dense, count, 0)
+    _, count = key_slices(cache, q_dec)
     keys = int(count.sum())
     k_row = D * esize if cache.k_ids is None else cache._topk.k * (2 + esize)
     return {

@@ -62,7 +62,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import tilesparse as ts  # noqa: E402
-from tilesparse.distributed import SequenceParallel  # noqa: E402
+from tilesparse.distributed import SequenceParallel, broadcast_decisions  # noqa: E402
 from tilesparse.distributed.exchange import heads_to_sequence, sequence_to_heads  # noqa: E402
 
 PATTERNS = {"hash16": ts.Hash(buckets=16), "qkdrop0.5": ts.QKDrop(keep=0.5)}
@@ -243,13 +243,7 @@ def exactness(a, rank: int, world: int, device: torch.device) -> list[dict]:
         attn = ts.compile(spec, causal=True, backend=a.backend)
         inputs, grad = make_inputs(a, T, device, seed=7)
         dec = attn.decide(inputs[0].detach(), inputs[1].detach(), generator=torch.Generator(device).manual_seed(3))
-        fields = {}
-        for n, t in dec.items():  # rank 0's decisions on every rank
-            if t is not None:
-                t = t.to(torch.uint8 if t.dtype == torch.bool else t.dtype).contiguous()
-                dist.broadcast(t, src=0)
-                fields[n] = t.bool() if n.endswith("_keep") else t
-        dec = ts.Decisions(**fields)
+        dec = broadcast_decisions(dec, src=0)  # rank 0's decisions on every rank
         whole = attn(*inputs, decisions=dec)
         want = [whole.detach(), *torch.autograd.grad(whole, inputs, grad)]
         shard = slice(rank * T // world, (rank + 1) * T // world)

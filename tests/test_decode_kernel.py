@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import tilesparse as ts
 from tilesparse.backends.triton.decode import decode_split, merge_splits, split_count
-from tilesparse.inference import decode_step
+from tilesparse.inference import decode_step, key_slices
 from tilesparse.testing import decisions
 
 SPECS = [
@@ -61,14 +61,7 @@ def test_kernel_equals_torch_decode_and_the_whole_sequence(data, spec, blocks):
     torch.testing.assert_close(triton_out, want, atol=2e-5, rtol=1e-4)
     # the split sizes themselves: many small chunks
     block_n, max_splits = blocks
-    dense = cache._dense.view(1, H)
-    qg = torch.zeros((B, H), dtype=torch.int64)
-    if cache._hash is not None:
-        qg = torch.where(dense, 0, q_dec.q_bucket[..., 0].long())
-    lo = cache.starts.gather(-1, qg.unsqueeze(-1)).squeeze(-1)
-    count = cache.starts.gather(-1, (qg + 1).unsqueeze(-1)).squeeze(-1) - lo
-    if cache._drop is not None:
-        count = torch.where(q_dec.q_keep[..., 0] | dense, count, 0)
+    lo, count = key_slices(cache, q_dec)
     qf = q[:, :, -1].float()
     if cache.k_ids is not None:
         qf = qf * torch.zeros_like(qf).scatter_(-1, q_dec.q_support[:, :, 0].long(), 1.0)

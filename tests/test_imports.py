@@ -106,9 +106,18 @@ def test_the_walk_sees_every_package_and_real_edges():
     assert {layer(module_name(p, ROOT)) for p in ROOT.rglob("*.py")} >= LIBRARY_PACKAGES - {"cli", "bench"}
 
 
-def test_a_wrong_way_edge_and_a_cycle_are_reported(tmp_path):
+def _write_package(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A ``tilesparse`` tree under ``tmp_path`` holding ``files`` (path -> text): a package the
+    checks must find fault with."""
     pkg = tmp_path / "tilesparse"
-    files = {
+    for rel, text in files.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    return pkg
+
+
+def test_a_wrong_way_edge_and_a_cycle_are_reported(tmp_path):
+    pkg = _write_package(tmp_path, {
         "__init__.py": "from . import api\n",
         "api.py": "from .planner import plan\n",
         "patterns/__init__.py": "",
@@ -122,10 +131,7 @@ def test_a_wrong_way_edge_and_a_cycle_are_reported(tmp_path):
         "planner/__init__.py": "",
         "planner/plan.py": "import tilesparse.api\n",  # planner -> top level
         "testing/__init__.py": "from ..api import compile\n",
-    }
-    for rel, text in files.items():
-        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
-        (pkg / rel).write_text(text)
+    })  # fmt: skip
     found = violations(pkg)
     expected = [
         "tilesparse.patterns.specs imports tilesparse.ir.lower: patterns may import only nothing",
@@ -212,8 +218,7 @@ def test_the_semantics_have_one_owner():
 
 
 def test_the_boundary_checks_catch_a_private_import_and_a_copied_sentinel(tmp_path):
-    pkg = tmp_path / "tilesparse"
-    files = {
+    pkg = _write_package(tmp_path, {
         "__init__.py": "",
         "ir/__init__.py": "",
         "ir/prepare.py": "def _select(t):\n    return t\n",
@@ -222,10 +227,7 @@ def test_the_boundary_checks_catch_a_private_import_and_a_copied_sentinel(tmp_pa
         "backends/__init__.py": "",
         "backends/index.py": "from ..ir.prepare import _select\nSENTINEL = 1 << 30\n",
         "backends/model.py": "def element_mask(p):\n    return p\n",
-    }
-    for rel, text in files.items():
-        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
-        (pkg / rel).write_text(text)
+    })  # fmt: skip
     assert private_imports(pkg) == ["tilesparse.backends.index imports ['_select'] from tilesparse.ir.prepare"]
     assert semantics_outside_ir(pkg) == [
         "backends/index.py writes the key sentinel 1 << 30 (import KEY_SENTINEL from tilesparse.ir)",
@@ -254,11 +256,9 @@ def test_criteria_hold_no_kernel_slot():
 
 
 def test_the_kernel_slot_check_catches_a_global_and_a_context_variable(tmp_path):
-    pkg = tmp_path / "tilesparse"
-    (pkg / "patterns").mkdir(parents=True)
-    (pkg / "patterns" / "criteria.py").write_text(
-        "from contextvars import ContextVar\n_K = None\n\ndef register(k):\n    global _K\n    _K = k\n"
-    )
+    pkg = _write_package(tmp_path, {
+        "patterns/criteria.py": "from contextvars import ContextVar\n_K = None\n\ndef register(k):\n    global _K\n    _K = k\n",
+    })  # fmt: skip
     assert kernel_slots_in_patterns(pkg) == [
         "patterns/criteria.py imports contextvars",
         "patterns/criteria.py rebinds a module global: _K",

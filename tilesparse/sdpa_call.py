@@ -29,7 +29,7 @@ combined decisions.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -150,27 +150,29 @@ def _key_padding_from_attn_mask(mask: object, B: int, Tk: int) -> Tensor:
 
 
 def _check_key_padding(mask: object, B: int, Tk: int, device: torch.device) -> Tensor:
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"key_padding_mask must be a torch.Tensor or None, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(f"key_padding_mask must be torch.bool (True for a real key), got {mask.dtype}")
-    if tuple(mask.shape) != (B, Tk):
-        raise ValueError(f"key_padding_mask must have shape (B={B}, Tk={Tk}), got {tuple(mask.shape)}")
-    if mask.device != device:
-        raise ValueError(f"key_padding_mask is on {mask.device}, the inputs are on {device}")
-    return mask
+    wrong = lambda dt: dt != torch.bool  # noqa: E731
+    return _check_per_key("key_padding_mask", mask, B, Tk, device, wrong, "torch.bool (True for a real key)")
 
 
 def _check_documents(ids: object, B: int, Tk: int, device: torch.device) -> Tensor:
-    if not isinstance(ids, Tensor):
-        raise TypeError(f"document_ids must be a torch.Tensor or None, got {type(ids).__name__}")
-    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise TypeError(f"document_ids must be an integer tensor, got {ids.dtype}")
-    if tuple(ids.shape) != (B, Tk):
-        raise ValueError(f"document_ids must have shape (B={B}, Tk={Tk}), got {tuple(ids.shape)}")
-    if ids.device != device:
-        raise ValueError(f"document_ids is on {ids.device}, the inputs are on {device}")
-    return ids
+    wrong = lambda dt: dt.is_floating_point or dt.is_complex or dt == torch.bool  # noqa: E731
+    return _check_per_key("document_ids", ids, B, Tk, device, wrong, "an integer tensor")
+
+
+def _check_per_key(
+    name: str, t: object, B: int, Tk: int, device: torch.device, wrong_dtype: Callable[[torch.dtype], bool], want: str
+) -> Tensor:
+    """``t`` as a (B, Tk) tensor on the inputs' device, of a dtype ``wrong_dtype`` accepts
+    (``want`` says which); checked in that order: type, dtype, shape, device."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(t).__name__}")
+    if wrong_dtype(t.dtype):
+        raise TypeError(f"{name} must be {want}, got {t.dtype}")
+    if tuple(t.shape) != (B, Tk):
+        raise ValueError(f"{name} must have shape (B={B}, Tk={Tk}), got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}, the inputs are on {device}")
+    return t
 
 
 def document_range(ids: Tensor) -> tuple[int, int]:

@@ -17,36 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tilesparse as ts
-from tilesparse import ir
-from tilesparse.backends.executor import tile_attention
 from tilesparse.testing import assert_equivalent, attention_inputs, decisions, specs
 
-
-class LoweredOp:
-    """The tile executor over ``spec`` lowered with explicit blocks, with the interface
-    ``assert_equivalent`` uses (call with decisions, ``reference``, ``spec``)."""
-
-    def __init__(self, spec, *, causal, block_q, block_k, corrupt=None):
-        self.spec = spec
-        self.compiled = ts.compile(spec, causal=causal, backend="reference")
-        self.program = ir.lower(spec, causal=causal, block_q=block_q, block_k=block_k)
-        self.corrupt = corrupt
-
-    def __repr__(self):
-        return f"LoweredOp({self.spec}, blocks=({self.program.block_q}, {self.program.block_k}))"
-
-    def __call__(self, q, k, v, *, decisions):
-        B, H, T, D = q.shape
-        prepared = ir.prepare(self.program, decisions, batch=B, heads=H, seqlen=T, device=q.device)
-        assert ir.verify(self.program, prepared) == [] or self.corrupt
-        per_head = {}
-        for g in prepared.groups:
-            out = tile_attention(q, k, v, self.corrupt(g) if self.corrupt else g, D**-0.5)
-            per_head.update({h: out[:, i] for i, h in enumerate(g.heads)})
-        return torch.stack([per_head[h] for h in range(H)], dim=1)
-
-    def reference(self, q, k, v, **kw):
-        return self.compiled.reference(q, k, v, **kw)
+from lowered_op import LoweredOp, skip_first_kept_block
 
 
 @settings(max_examples=60)
@@ -92,15 +65,6 @@ def test_executor_with_criteria_decisions_gqa_and_every_dtype(spec, dtype):
     assert out.dtype == dtype and out.shape == q.shape
 
 
-def _skip_first_kept_block(g):
-    """``g`` with the first query block that has a non-empty range visiting nothing."""
-    r = g.q_ranges.clone()
-    used = (torch.arange(r.shape[3]) < g.q_nseg.unsqueeze(-1)) & (r[..., 3] > r[..., 0])
-    b, h, m, _ = (int(i) for i in torch.nonzero(used)[0])
-    r[b, h, m] = 0
-    return dataclasses.replace(g, q_ranges=r)
-
-
 def _claim_every_tile_full(g):
     """``g`` whose every used segment visits all rows without the mask."""
     T = g.seqlen
@@ -108,7 +72,7 @@ def _claim_every_tile_full(g):
     return dataclasses.replace(g, q_ranges=torch.where(used, torch.tensor([0, 0, T, T], dtype=torch.int32), g.q_ranges))
 
 
-@pytest.mark.parametrize("corrupt", [_skip_first_kept_block, _claim_every_tile_full])
+@pytest.mark.parametrize("corrupt", [skip_first_kept_block, _claim_every_tile_full])
 def test_the_executor_reads_the_ranges_so_corrupt_ranges_fail(corrupt):
     spec = ts.Hybrid(parts=[ts.Hash(buckets=3), ts.QKDrop(keep=0.8)])
     q, k, v = (torch.randn(1, 1, 96, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))

@@ -5,7 +5,7 @@ Every built-in pattern (Dense, QKDrop, Hash, TopKFeatures, Hybrid, PerHead with 
 several ranks), grouped-query attention in each of the three head splits (whole kv groups per
 rank; Hkv < P, one kv head sent to several ranks; groups straddling ranks, one kv copy per query
 head), global and per-rank decisions, decisions made after the all-to-all by each rank's
-criteria, a sub-group of a 2-D DeviceMesh, and hypothesis-drawn shapes, specs and decisions
+criteria, a sub-group of a 2-D DeviceMesh, :func:`broadcast_decisions`, and hypothesis-drawn shapes, specs and decisions
 (drawn here, checked inside the spawned job: one spawn per world size, since each costs
 seconds). Also the head split's bookkeeping and the errors. CPU only; no test depends on speed.
 """
@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tilesparse as ts
-from tilesparse.distributed import SequenceParallel, local_spec, split_heads
+from tilesparse.distributed import SequenceParallel, broadcast_decisions, local_spec, split_heads
 from tilesparse.testing import attention_inputs, decisions, specs
 
 BACKEND = "executor"  # the kernels' torch model: the index tensors are built on the rank's heads
@@ -212,6 +212,13 @@ def _worker(rank: int, world: int, init_file: str, cases_file: str) -> None:
     out, grads = _single(attn, q, k, v, go, mesh_dec)
     sl, o, g = _run_sharded(sp_mesh, r, w, q, k, v, go, decisions=mesh_dec)
     _check(f"P={world} DeviceMesh {shape}", sl, [o, *g], [out, *grads], failures)
+
+    # broadcast_decisions: every rank ends with rank 0's, a bool field still bool, None kept
+    got = broadcast_decisions(attn.decide(q, k, generator=torch.Generator().manual_seed(50 + rank)), src=0)
+    for name, t in attn.decide(q, k, generator=torch.Generator().manual_seed(50)).items():
+        u = getattr(got, name)
+        if (t is None) != (u is None) or (t is not None and (u.dtype != t.dtype or not torch.equal(u, t))):
+            failures.append(f"P={world}: broadcast_decisions gave {name} = {u} on rank {rank}, not rank 0's {t}")
 
     # errors, raised before any collective (every rank raises the same)
     for call, match in [

@@ -34,7 +34,7 @@ TOLERANCE = {"out": 1e-2, "dq": 2e-2, "dk": 2e-2, "dv": 2e-2}  # largest |differ
 def _worker(rank: int, world: int, init_file: str) -> None:
     import torch.distributed as dist
 
-    from tilesparse.distributed import SequenceParallel
+    from tilesparse.distributed import SequenceParallel, broadcast_decisions
 
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)
@@ -47,13 +47,7 @@ def _worker(rank: int, world: int, init_file: str) -> None:
         go = torch.randn(q.shape, generator=g, device=device, dtype=torch.bfloat16)  # the same on both ranks
         attn = ts.compile(spec, causal=True)
         dec = attn.decide(q, k, generator=torch.Generator(device).manual_seed(1))
-        fields = {}
-        for n, t in dec.items():  # rank 0's decisions on both ranks
-            if t is not None:
-                t = t.to(torch.uint8 if t.dtype == torch.bool else t.dtype).contiguous()
-                dist.broadcast(t, src=0)
-                fields[n] = t.bool() if n.endswith("_keep") else t
-        dec = ts.Decisions(**fields)
+        dec = broadcast_decisions(dec, src=0)  # rank 0's decisions on every rank
         whole = [t.clone().requires_grad_() for t in (q, k, v)]
         out = attn(*whole, decisions=dec)
         want = [out.detach(), *torch.autograd.grad(out, whole, go)]

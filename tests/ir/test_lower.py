@@ -12,36 +12,22 @@ from typing import Literal
 import pytest
 import torch
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import tilesparse as ts
 from tilesparse import ir
 from tilesparse.ir import dense_mask
 from tilesparse.patterns import SpecBase
-from tilesparse.testing import decisions, specs
-
-BLOCKS = st.sampled_from([16, 32, 64, 128])
+from prepared_programs import prepared_programs
 
 
 @settings(max_examples=60)
-@given(
-    data=st.data(),
-    B=st.integers(1, 2),
-    H=st.integers(1, 3),
-    T=st.integers(1, 200),
-    causal=st.booleans(),
-    block_q=BLOCKS,
-    block_k=BLOCKS,
-)
-def test_to_dense_equals_the_mask_function_exactly(data, B, H, T, causal, block_q, block_k):
-    spec = data.draw(specs(heads=H))
-    dec = data.draw(decisions(spec, (B, H, T, 8)))
-    program = ir.lower(spec, causal=causal, block_q=block_q, block_k=block_k)
-    prepared = ir.prepare(program, dec, batch=B, heads=H, seqlen=T, device="cpu")
-    q = torch.zeros(B, H, T, 8)
+@given(drawn=prepared_programs([16, 32, 64, 128]))
+def test_to_dense_equals_the_mask_function_exactly(drawn):
+    spec, dec, causal, _, prepared = drawn
+    q = torch.zeros(prepared.batch, prepared.heads, prepared.seqlen, 8)
     want = dense_mask(spec, dec, causal=causal, inputs=ir.check_inputs(q, q, q))
     if want is None:
-        want = torch.ones(B, H, T, T, dtype=torch.bool)
+        want = torch.ones(prepared.batch, prepared.heads, prepared.seqlen, prepared.seqlen, dtype=torch.bool)
     got = ir.to_dense(prepared)
     assert got.dtype == torch.bool and torch.equal(got, want)
     for g in prepared.groups:

@@ -19,24 +19,13 @@ import tilesparse as ts
 from tilesparse import ir
 from tilesparse.testing import decisions, specs
 
-BLOCKS = st.sampled_from([16, 32, 64])
+from prepared_programs import prepared_programs
 
 
 @settings(max_examples=50)
-@given(
-    data=st.data(),
-    B=st.integers(1, 2),
-    H=st.integers(1, 3),
-    T=st.integers(1, 200),
-    causal=st.booleans(),
-    block_q=BLOCKS,
-    block_k=BLOCKS,
-)
-def test_verify_finds_nothing_wrong_in_a_prepared_program(data, B, H, T, causal, block_q, block_k):
-    spec = data.draw(specs(heads=H))
-    dec = data.draw(decisions(spec, (B, H, T, 8)))
-    program = ir.lower(spec, causal=causal, block_q=block_q, block_k=block_k)
-    prepared = ir.prepare(program, dec, batch=B, heads=H, seqlen=T, device="cpu")
+@given(drawn=prepared_programs([16, 32, 64]))
+def test_verify_finds_nothing_wrong_in_a_prepared_program(drawn):
+    program, prepared = drawn.program, drawn.prepared
     assert ir.verify(program, prepared, deep=True, block_n=(16, 48, 64)) == []
 
 

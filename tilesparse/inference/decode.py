@@ -26,7 +26,7 @@ from ..backends.reference import feature_mask
 from ..patterns import Decisions, check_decisions
 from .cache import KVCache, StepReads
 
-__all__ = ["attend_cached", "decode_step"]
+__all__ = ["attend_cached", "decode_step", "key_slices"]
 
 
 def attend_cached(attn, cache: KVCache, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None) -> Tensor:
@@ -83,21 +83,11 @@ def decode_step(cache: KVCache, q: Tensor, q_dec: Decisions, scale: float | None
     split-K kernel of ``tilesparse.backends.triton.decode``: no host read) or "auto" (triton
     on CUDA, torch otherwise).
     """
-    B, H, _, D = q.shape
+    H, D = q.shape[1], q.shape[3]
     L = cache.length
-    dev = q.device
     scale = D**-0.5 if scale is None else scale
     dense = cache._dense_dev.view(1, H)
-    # the query's group in the key index, and whether it is kept
-    qg = torch.zeros((B, H), dtype=torch.int64, device=dev)
-    if cache._hash is not None:
-        qg = torch.where(dense, 0, q_dec.q_bucket[..., 0].long())
-    q_keep = torch.ones((B, H), dtype=torch.bool, device=dev)
-    if cache._drop is not None:
-        q_keep = q_dec.q_keep[..., 0] | dense
-    lo = cache.starts.gather(-1, qg.unsqueeze(-1)).squeeze(-1)
-    count = cache.starts.gather(-1, (qg + 1).unsqueeze(-1)).squeeze(-1) - lo
-    count = torch.where(q_keep, count, 0)
+    lo, count = key_slices(cache, q_dec)
     not_self = cache._hash is not None and not cache._hash.attend_self
     qf = q[:, :, 0].float()
     if cache.k_ids is not None:
@@ -119,6 +109,22 @@ def decode_step(cache: KVCache, q: Tensor, q_dec: Decisions, scale: float | None
     if kernel != "torch":
         raise ValueError(f"kernel must be 'auto', 'torch' or 'triton', got {kernel!r}")
     return _decode_torch(cache, q, qf, lo, count, dense, not_self, scale)
+
+
+def key_slices(cache: KVCache, q_dec: Decisions) -> tuple[Tensor, Tensor]:
+    """(lo, count), each (B, H): the slice of the cache's key index that each query head of the
+    last token reads, its group's start (its bucket under Hash, group 0 otherwise and for a
+    dense head) and length (0 for a query QKDrop dropped)."""
+    B, H = cache.batch, cache.heads
+    dense = cache._dense_dev.view(1, H)
+    qg = torch.zeros((B, H), dtype=torch.int64, device=cache.device)
+    if cache._hash is not None:
+        qg = torch.where(dense, 0, q_dec.q_bucket[..., 0].long())
+    lo = cache.starts.gather(-1, qg.unsqueeze(-1)).squeeze(-1)
+    count = cache.starts.gather(-1, (qg + 1).unsqueeze(-1)).squeeze(-1) - lo
+    if cache._drop is not None:
+        count = torch.where(q_dec.q_keep[..., 0] | dense, count, 0)
+    return lo, count
 
 
 def _triton_reasons(cache: KVCache, not_self: bool) -> list[str]:

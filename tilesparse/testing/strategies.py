@@ -409,37 +409,46 @@ def attention_inputs(
 # key padding and packed documents
 
 
-def key_padding_masks(
-    batch: int | SearchStrategy[int], seqlen: int | SearchStrategy[int], *, device: str | torch.device = "cpu"
+def _per_row(
+    batch: int | SearchStrategy[int],
+    seqlen: int | SearchStrategy[int],
+    device: str | torch.device,
+    draw_row: Callable[[Callable, int], torch.Tensor],
 ) -> SearchStrategy[torch.Tensor]:
-    """(B, T) bool key-padding masks (True for a real key). Each batch row picks a mode: random,
-    no padding, left padding, right padding, or every key padded (every query row empty)."""
+    """(B, T) tensors on ``device``, each batch row drawn by ``draw_row(draw, T)``."""
     batches = _strategy("batch", batch, _int_in(1, 64))
     seqlens = _strategy("seqlen", seqlen, _int_in(1))
     device = torch.device(device)
 
     @st.composite
-    def draw_mask(draw) -> torch.Tensor:
+    def draw_rows(draw) -> torch.Tensor:
         B, T = draw(batches), draw(seqlens)
-        rows = []
-        for _ in range(B):
-            mode = draw(st.sampled_from(PADDING_MODES))
-            n = draw(st.integers(0, T))
-            if mode == "random":
-                g = torch.Generator().manual_seed(draw(_SEEDS))
-                row = torch.rand(T, generator=g) < 0.7
-            elif mode == "none":
-                row = torch.ones(T, dtype=torch.bool)
-            elif mode == "left":
-                row = torch.arange(T) >= n
-            elif mode == "right":
-                row = torch.arange(T) < n
-            else:
-                row = torch.zeros(T, dtype=torch.bool)
-            rows.append(row)
-        return torch.stack(rows).to(device)
+        return torch.stack([draw_row(draw, T) for _ in range(B)]).to(device)
 
-    return draw_mask()
+    return draw_rows()
+
+
+def key_padding_masks(
+    batch: int | SearchStrategy[int], seqlen: int | SearchStrategy[int], *, device: str | torch.device = "cpu"
+) -> SearchStrategy[torch.Tensor]:
+    """(B, T) bool key-padding masks (True for a real key). Each batch row picks a mode: random,
+    no padding, left padding, right padding, or every key padded (every query row empty)."""
+
+    def draw_row(draw, T: int) -> torch.Tensor:
+        mode = draw(st.sampled_from(PADDING_MODES))
+        n = draw(st.integers(0, T))
+        if mode == "random":
+            g = torch.Generator().manual_seed(draw(_SEEDS))
+            return torch.rand(T, generator=g) < 0.7
+        if mode == "none":
+            return torch.ones(T, dtype=torch.bool)
+        if mode == "left":
+            return torch.arange(T) >= n
+        if mode == "right":
+            return torch.arange(T) < n
+        return torch.zeros(T, dtype=torch.bool)
+
+    return _per_row(batch, seqlen, device, draw_row)
 
 
 def document_ids(
@@ -453,30 +462,21 @@ def document_ids(
     documents of random lengths, one-token documents included, ids increasing), ``one``
     (a single document), ``singletons`` (every token its own document, up to
     ``max_documents`` ids, then repeating) or ``random`` (ids in any order)."""
-    batches = _strategy("batch", batch, _int_in(1, 64))
-    seqlens = _strategy("seqlen", seqlen, _int_in(1))
     max_documents = _bound("max_documents", max_documents, 1, 4096)
-    device = torch.device(device)
 
-    @st.composite
-    def draw_ids(draw) -> torch.Tensor:
-        B, T = draw(batches), draw(seqlens)
-        rows = []
-        for _ in range(B):
-            mode = draw(st.sampled_from(DOCUMENT_MODES))
-            if mode == "packed":
-                cuts = sorted(draw(st.lists(st.integers(1, max(1, T - 1)), max_size=max_documents - 1, unique=True)))
-                row = torch.zeros(T, dtype=torch.int64)
-                for c in cuts:
-                    row[c:] += 1
-            elif mode == "one":
-                row = torch.full((T,), draw(st.integers(0, max_documents - 1)), dtype=torch.int64)
-            elif mode == "singletons":
-                row = torch.arange(T, dtype=torch.int64) % max_documents
-            else:
-                g = torch.Generator().manual_seed(draw(_SEEDS))
-                row = torch.randint(0, max_documents, (T,), generator=g)
-            rows.append(row)
-        return torch.stack(rows).to(device)
+    def draw_row(draw, T: int) -> torch.Tensor:
+        mode = draw(st.sampled_from(DOCUMENT_MODES))
+        if mode == "packed":
+            cuts = sorted(draw(st.lists(st.integers(1, max(1, T - 1)), max_size=max_documents - 1, unique=True)))
+            row = torch.zeros(T, dtype=torch.int64)
+            for c in cuts:
+                row[c:] += 1
+            return row
+        if mode == "one":
+            return torch.full((T,), draw(st.integers(0, max_documents - 1)), dtype=torch.int64)
+        if mode == "singletons":
+            return torch.arange(T, dtype=torch.int64) % max_documents
+        g = torch.Generator().manual_seed(draw(_SEEDS))
+        return torch.randint(0, max_documents, (T,), generator=g)
 
-    return draw_ids()
+    return _per_row(batch, seqlen, device, draw_row)

@@ -4,7 +4,6 @@ other groups through the tile executor, and the specs those tests draw."""
 
 from __future__ import annotations
 
-import torch
 from hypothesis import strategies as st
 
 import tilesparse as ts
@@ -13,37 +12,25 @@ from tilesparse.backends.cupy.layout import BM, BN
 from tilesparse.backends.cupy.op import feature_attention
 from tilesparse.backends.executor import tile_attention
 
+from lowered_op import LoweredOp
 
-class FeatureOp:
-    """The interface ``assert_equivalent`` uses (call with decisions, ``reference``, ``spec``);
-    ``make_impl(head_dim, dtype)`` builds the kernels' implementation, ``corrupt`` (optional)
-    alters a TopKFeatures group's prepared tensors first."""
+
+class FeatureOp(LoweredOp):
+    """TopKFeatures groups through ``make_impl(head_dim, dtype)``, the kernels' implementation,
+    after ``corrupt`` (optional); the other groups through the tile executor, uncorrupted."""
 
     def __init__(self, spec, *, causal, make_impl, corrupt=None):
-        self.spec = spec
-        self.compiled = ts.compile(spec, causal=causal, backend="reference")
-        self.program = ir.lower(spec, causal=causal, block_q=BM, block_k=BN)
+        super().__init__(spec, causal=causal, block_q=BM, block_k=BN, corrupt=corrupt)
         self.make_impl = make_impl
-        self.corrupt = corrupt
 
     def __repr__(self):
         return f"FeatureOp({self.spec}, {self.make_impl.__name__})"
 
-    def __call__(self, q, k, v, *, decisions):
-        B, H, T, D = q.shape
-        prepared = ir.prepare(self.program, decisions, batch=B, heads=H, seqlen=T, device=q.device)
-        per_head = {}
-        for g in prepared.groups:
-            if isinstance(g.group.score, ir.FeatureDotScore):
-                g = self.corrupt(g) if self.corrupt else g
-                out = feature_attention(q, k, v, g, D**-0.5, impl=self.make_impl(D, q.dtype)).to(q.dtype)
-            else:
-                out = tile_attention(q, k, v, g, D**-0.5)
-            per_head.update({h: out[:, i] for i, h in enumerate(g.heads)})
-        return torch.stack([per_head[h] for h in range(H)], dim=1)
-
-    def reference(self, q, k, v, **kw):
-        return self.compiled.reference(q, k, v, **kw)
+    def attend_group(self, q, k, v, g, scale):
+        if not isinstance(g.group.score, ir.FeatureDotScore):
+            return tile_attention(q, k, v, g, scale)
+        g = self.corrupt(g) if self.corrupt else g
+        return feature_attention(q, k, v, g, scale, impl=self.make_impl(q.shape[-1], q.dtype)).to(q.dtype)
 
 
 def topk_specs(heads: int, max_k: int = 8):

@@ -10,8 +10,6 @@ exactly the tiles' kept entries; corrupt ranges make the comparison fail.
 Property tests; CPU only, T <= 200 (the model loops over tiles in Python).
 """
 
-import dataclasses
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -24,6 +22,7 @@ from tilesparse.backends.cupy.model import TorchModel
 from tilesparse.testing import assert_equivalent, attention_inputs, decisions
 
 from feature_ops import FeatureOp, topk_specs
+from lowered_op import skip_first_kept_block
 
 
 def ModelOp(spec, *, causal, corrupt=None):
@@ -68,18 +67,10 @@ def test_the_compressed_keys_are_a_per_tile_csc_of_the_kept_entries(data):
             assert got == want
 
 
-def _skip_first_tile(g):
-    r = g.q_ranges.clone()
-    used = (torch.arange(r.shape[3]) < g.q_nseg.unsqueeze(-1)) & (r[..., 3] > r[..., 0])
-    b, h, m, _ = (int(i) for i in torch.nonzero(used)[0])
-    r[b, h, m] = 0
-    return dataclasses.replace(g, q_ranges=r)
-
-
 def test_the_model_reads_the_ranges_so_corrupt_ranges_fail():
     spec = ts.Hybrid(parts=[ts.Hash(buckets=2), ts.TopKFeatures(k=4)])
     q, k, v = (torch.randn(1, 1, 130, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))
     dec = ts.compile(spec).decide(q, k, generator=torch.Generator().manual_seed(0))
     assert_equivalent(ModelOp(spec, causal=True), q, k, v, decisions=dec)
     with pytest.raises(AssertionError, match="out: max |error|"):
-        assert_equivalent(ModelOp(spec, causal=True, corrupt=_skip_first_tile), q, k, v, decisions=dec)
+        assert_equivalent(ModelOp(spec, causal=True, corrupt=skip_first_kept_block), q, k, v, decisions=dec)

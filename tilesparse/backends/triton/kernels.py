@@ -53,9 +53,18 @@ def _tile_keep(q_pos, k_pos, q_bkt, k_bkt, CAUSAL: tl.constexpr, STRICT: tl.cons
 
 
 @triton.jit
-def _tiles(rng, s, BLOCK: tl.constexpr):
+def _segments(NSEG, RANGES, pid_bh, n_blocks, block, MAX_SEG: tl.constexpr):
+    """The number of segments of this program's block and a pointer to their row ranges."""
+    nseg = tl.load(NSEG + pid_bh.to(tl.int64) * n_blocks + block)
+    rng = RANGES + (pid_bh.to(tl.int64) * n_blocks + block) * (MAX_SEG * 4)
+    return nseg, rng
+
+
+@triton.jit
+def _tiles(rng, s, BLOCK: tl.constexpr, SINGLE_LOOP: tl.constexpr):
     """Segment s's row range (lo, full_lo, full_hi, hi) as tiles BLOCK wide: visit [lo, hi),
-    unmasked [f0, f1); a tile the previous segment visited is skipped.
+    unmasked [f0, f1); a tile the previous segment visited is skipped. With SINGLE_LOOP every
+    tile is masked (f0 = f1 = hi): one pipelined loop over the segment (short segments).
 
     Segments' row ranges increase (buckets are sorted), so the previous segment ends at its
     own hi. It is read back from memory rather than carried through the segment loop: Triton
@@ -71,7 +80,23 @@ def _tiles(rng, s, BLOCK: tl.constexpr):
     hi = tl.maximum(tl.cdiv(hi_r, BLOCK), lo)
     f0 = tl.minimum(tl.maximum(tl.cdiv(flo_r, BLOCK), lo), hi)
     f1 = tl.minimum(tl.maximum(fhi_r // BLOCK, f0), hi)
+    if SINGLE_LOOP:
+        f0 = hi
+        f1 = hi
     return lo, f0, f1, hi
+
+
+@triton.jit
+def _key_tile_keep(K_POS, K_BKT, offs_n, n_ok, q_pos, q_bkt, CAUSAL: tl.constexpr, STRICT: tl.constexpr,
+                   SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr):
+    """The predicates of a (queries x keys) tile: the query block's positions and buckets
+    against those of key layout rows ``offs_n``, read here (sentinels past the end)."""
+    k_pos = tl.load(K_POS + offs_n, mask=n_ok, other=KEY_SENTINEL)
+    k_bkt = k_pos
+    if SAME_BUCKET:
+        k_bkt = tl.load(K_BKT + offs_n, mask=n_ok, other=-2)
+    return _tile_keep(q_pos[:, None], k_pos[None, :], q_bkt[:, None], k_bkt[None, :],
+                      CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
 
 
 @triton.jit
@@ -100,6 +125,22 @@ def _layout_rows(ORDER, POS, BKT, row_base, block, seqlen, pos_other, bkt_other,
     return offs, ok, rows, pos, bkt
 
 
+@triton.jit
+def _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr):
+    """Pointers to K and V of batch b and the kv head of query head h."""
+    k_base = K + b.to(tl.int64) * stride_kb + (h // K_GROUP).to(tl.int64) * stride_kh
+    v_base = V + b.to(tl.int64) * stride_vb + (h // V_GROUP).to(tl.int64) * stride_vh
+    return k_base, v_base
+
+
+@triton.jit
+def _key_layout(K_ORDER, K_POS, K_BKT, pid_bh, seqlen_k):
+    """The key layout's order, positions and buckets of this (batch, group head): Tk rows
+    (queries have Tq = seqlen)."""
+    row_base_k = pid_bh.to(tl.int64) * seqlen_k
+    return K_ORDER + row_base_k, K_POS + row_base_k, K_BKT + row_base_k
+
+
 # ---------------------------------------------------------------------------------------------
 # forward
 
@@ -123,12 +164,7 @@ def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
         kT = tl.load(k_base + k_rows[None, :] * stride_kt + offs_d[:, None], mask=d_ok[:, None], other=0.0)
         qk = tl.dot(q, kT, input_precision=PRECISION) * qk_scale
         if MASK:
-            k_pos = tl.load(K_POS + offs_n, mask=n_ok, other=KEY_SENTINEL)
-            k_bkt = k_pos
-            if SAME_BUCKET:
-                k_bkt = tl.load(K_BKT + offs_n, mask=n_ok, other=-2)
-            keep = _tile_keep(q_pos[:, None], k_pos[None, :], q_bkt[:, None], k_bkt[None, :],
-                              CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
+            keep = _key_tile_keep(K_POS, K_BKT, offs_n, n_ok, q_pos, q_bkt, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
             qk = tl.where(keep, qk, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             # SCFA's guard: a row with nothing kept so far subtracts 0, not -inf
@@ -179,24 +215,15 @@ def _attn_fwd(Q, K, V, O, LSE,
     q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
     q = tl.load(q_base + q_rows[:, None] * stride_qt + offs_d[None, :],
                 mask=(q_pos >= 0)[:, None] & d_ok[None, :], other=0.0)
-    k_base = K + b.to(tl.int64) * stride_kb + (h // K_GROUP).to(tl.int64) * stride_kh
-    v_base = V + b.to(tl.int64) * stride_vb + (h // V_GROUP).to(tl.int64) * stride_vh
+    k_base, v_base = _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, K_GROUP, V_GROUP)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    nseg = tl.load(NSEG + pid_bh.to(tl.int64) * n_blocks + pid_m)
-    rng = RANGES + (pid_bh.to(tl.int64) * n_blocks + pid_m) * (MAX_SEG * 4)
-    row_base_k = pid_bh.to(tl.int64) * seqlen_k  # key rows: Tk of them (queries: Tq = seqlen)
-    k_order = K_ORDER + row_base_k
-    k_posp = K_POS + row_base_k
-    k_bktp = K_BKT + row_base_k
+    nseg, rng = _segments(NSEG, RANGES, pid_bh, n_blocks, pid_m, MAX_SEG)
+    k_order, k_posp, k_bktp = _key_layout(K_ORDER, K_POS, K_BKT, pid_bh, seqlen_k)
     for s in range(nseg):
-        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N)
-        if SINGLE_LOOP:
-            # one pipelined loop over the segment, every tile masked (short segments)
-            f0 = hi
-            f1 = hi
+        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP)
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                         k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
                                         BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
@@ -311,18 +338,14 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
 
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    nseg = tl.load(NSEG + pid_bh.to(tl.int64) * n_blocks + pid_n)
-    rng = RANGES + (pid_bh.to(tl.int64) * n_blocks + pid_n) * (MAX_SEG * 4)
+    nseg, rng = _segments(NSEG, RANGES, pid_bh, n_blocks, pid_n, MAX_SEG)
     q_order = Q_ORDER + row_base
     q_posp = Q_POS + row_base
     q_bktp = Q_BKT + row_base
     lsep = LSE + row_base
     deltap = DELTA + row_base
     for s in range(nseg):
-        lo, f0, f1, hi = _tiles(rng, s, BLOCK_M)
-        if SINGLE_LOOP:
-            f0 = hi
-            f1 = hi
+        lo, f0, f1, hi = _tiles(rng, s, BLOCK_M, SINGLE_LOOP)
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                       q_order, q_posp, q_bktp, lsep, deltap, lo, f0, qk_scale, seqlen,
                                       offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
@@ -374,12 +397,7 @@ def _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt,
         qk = tl.dot(q, kT, input_precision=PRECISION) * qk_scale
         p = tl.math.exp2(qk - lse[:, None])
         if MASK:
-            k_pos = tl.load(K_POS + offs_n, mask=n_ok, other=KEY_SENTINEL)
-            k_bkt = k_pos
-            if SAME_BUCKET:
-                k_bkt = tl.load(K_BKT + offs_n, mask=n_ok, other=-2)
-            keep = _tile_keep(q_pos[:, None], k_pos[None, :], q_bkt[:, None], k_bkt[None, :],
-                              CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
+            keep = _key_tile_keep(K_POS, K_BKT, offs_n, n_ok, q_pos, q_bkt, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF)
             p = tl.where(keep, p, 0.0)
             if SANITIZE:
                 kT = tl.where(tl.abs(kT) < float("inf"), kT, 0.0)
@@ -428,21 +446,13 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
                 + q_rows[:, None] * stride_ot + offs_d[None, :], mask=row_ok, other=0.0)
     di = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # dropped rows: 0 (their O is 0)
     tl.store(DELTA + row_base + offs_m, di, mask=m_ok)
-    k_base = K + b.to(tl.int64) * stride_kb + (h // K_GROUP).to(tl.int64) * stride_kh
-    v_base = V + b.to(tl.int64) * stride_vb + (h // V_GROUP).to(tl.int64) * stride_vh
+    k_base, v_base = _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, K_GROUP, V_GROUP)
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    nseg = tl.load(NSEG + pid_bh.to(tl.int64) * n_blocks + pid_m)
-    rng = RANGES + (pid_bh.to(tl.int64) * n_blocks + pid_m) * (MAX_SEG * 4)
-    row_base_k = pid_bh.to(tl.int64) * seqlen_k  # key rows: Tk of them (queries: Tq = seqlen)
-    k_order = K_ORDER + row_base_k
-    k_posp = K_POS + row_base_k
-    k_bktp = K_BKT + row_base_k
+    nseg, rng = _segments(NSEG, RANGES, pid_bh, n_blocks, pid_m, MAX_SEG)
+    k_order, k_posp, k_bktp = _key_layout(K_ORDER, K_POS, K_BKT, pid_bh, seqlen_k)
     for s in range(nseg):
-        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N)
-        if SINGLE_LOOP:
-            f0 = hi
-            f1 = hi
+        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP)
         dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                 k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
                                 BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)

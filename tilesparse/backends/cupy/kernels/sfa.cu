@@ -139,6 +139,22 @@ struct Keys {
     int seqlen, n_tiles, n_feat, topk;
 };
 
+// Layout row r of the queries: in range, its original row, position and bucket (sentinels past T).
+__device__ __forceinline__ void query_row(const int* q_order, const int* q_pos, const int* q_bucket, long long row0,
+                                          int r, int seqlen, bool& ok, int& orig, int& pos, int& bkt) {
+    ok = r < seqlen;
+    orig = ok ? q_order[row0 + r] : 0;
+    pos = ok ? q_pos[row0 + r] : -1;
+    bkt = ok ? q_bucket[row0 + r] : -1;
+}
+
+// The segments of block `block` of program bh: their row ranges (rng) and how many there are.
+__device__ __forceinline__ int block_segments(const int* ranges, const int* nseg, int bh, int n_blocks, int block,
+                                              int max_seg, const int*& rng) {
+    rng = ranges + ((long long)bh * n_blocks + block) * max_seg * 4;
+    return nseg[(long long)bh * n_blocks + block];
+}
+
 // a key tile in shared memory
 struct KeyTile {
     float* v;      // BN x (HEAD_DIM + 1), dense V rows of the tile (zeros past T)
@@ -299,10 +315,9 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
                         stride_vt, row0, bh, seqlen, n_tiles, n_feat, topk};
 
     const int r = m * BM + i;
-    const bool row_ok = r < seqlen;
-    const int q_orig = row_ok ? q_order[row0 + r] : 0;
-    const int qp = row_ok ? q_pos[row0 + r] : -1;
-    const int qb = row_ok ? q_bucket[row0 + r] : -1;
+    bool row_ok;
+    int q_orig, qp, qb;
+    query_row(q_order, q_pos, q_bucket, row0, r, seqlen, row_ok, q_orig, qp, qb);
     // the block's query supports stay in shared memory for every tile
     load_query_supports<DT>(s_qid, s_qval, q_order, q_ids, q_vals, row0, m * BM, seqlen, topk);
 
@@ -312,8 +327,8 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
     float m_i = NEG_INF, l_i = 0.f;
     float* s_row = s_s + i * SP;
 
-    const int* rng = ranges + ((long long)bh * n_blocks + m) * max_seg * 4;
-    const int n_seg = nseg[(long long)bh * n_blocks + m];
+    const int* rng;
+    const int n_seg = block_segments(ranges, nseg, bh, n_blocks, m, max_seg, rng);
     int prev_hi = 0;
     for (int s = 0; s < n_seg; ++s) {
         int lo, f0, f1, hi;
@@ -411,10 +426,9 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dq(
                         stride_vt, row0, bh, seqlen, n_tiles, n_feat, topk};
 
     const int r = m * BM + i;
-    const bool row_ok = r < seqlen;
-    const int q_orig = row_ok ? q_order[row0 + r] : 0;
-    const int qp = row_ok ? q_pos[row0 + r] : -1;
-    const int qb = row_ok ? q_bucket[row0 + r] : -1;
+    bool row_ok;
+    int q_orig, qp, qb;
+    query_row(q_order, q_pos, q_bucket, row0, r, seqlen, row_ok, q_orig, qp, qb);
     const float lse_i = row_ok ? lse[row0 + r] : POS_INF;
     const float delta_i = row_ok ? delta[row0 + q_orig] : 0.f;
     load_query_supports<DT>(s_qid, s_qval, q_order, q_ids, q_vals, row0, m * BM, seqlen, topk);
@@ -423,8 +437,8 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dq(
     __syncthreads();  // s_dq is zeroed by other threads than its owners (a block with no tile reads it too)
     float* s_row = s_s + i * SP;
 
-    const int* rng = ranges + ((long long)bh * n_blocks + m) * max_seg * 4;
-    const int n_seg = nseg[(long long)bh * n_blocks + m];
+    const int* rng;
+    const int n_seg = block_segments(ranges, nseg, bh, n_blocks, m, max_seg, rng);
     int prev_hi = 0;
     for (int s = 0; s < n_seg; ++s) {
         int lo, f0, f1, hi;
@@ -518,8 +532,8 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dkdv(
     for (int u = 0; u < DU; ++u) dv[u] = 0.f;
     float* s_row = s_p + i * SP;
 
-    const int* rng = ranges + ((long long)bh * n_blocks + n) * max_seg * 4;
-    const int n_seg = nseg[(long long)bh * n_blocks + n];
+    const int* rng;
+    const int n_seg = block_segments(ranges, nseg, bh, n_blocks, n, max_seg, rng);
     int prev_hi = 0;
     for (int s = 0; s < n_seg; ++s) {
         int lo, f0, f1, hi;

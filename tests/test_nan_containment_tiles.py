@@ -88,3 +88,28 @@ def test_a_non_finite_query_reaches_only_its_own_row_and_its_keys(backend):
     hit = torch.zeros(1, 2, T, dtype=torch.bool)
     hit[0, 0, row] = True
     assert_query_contained(out, grads, want, want_grads, hit, mask)
+
+
+def test_the_flag_stays_clear_on_finite_inputs_and_is_set_by_a_leak(monkeypatch):
+    """Triton's protocol (backends/triton/nonfinite.py): finite inputs leave both passes' flags
+    at 0 (the sanitizing variants exit at once); an inf in v at key J, which the rows before J
+    in its diagonal tile do not keep, makes the unchanged forward variant store a NaN there
+    and set the forward flag, and the sanitizing variant's output is contained."""
+    from tilesparse.backends.triton import op
+
+    made: list[torch.Tensor] = []
+    monkeypatch.setattr(op, "new_flag", lambda device: made.append(torch.zeros(1, dtype=torch.int32)) or made[-1])
+    spec, dec, mask = _case("causal")
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn((1, 2, T, 32), generator=g) for _ in range(3))
+    attn = ts.compile(spec, causal=True, backend="triton")
+    _run(attn, q, k, v, dec)
+    assert [int(f) for f in made] == [0, 0]
+    made.clear()
+    bad = v.clone()
+    bad[0, 1, J] = float("inf")
+    out = attn(q, k, bad, decisions=dec)
+    assert [int(f) for f in made] == [1]
+    want = ts.compile(spec, causal=True, backend="reference")(q, k, v, decisions=dec)
+    torch.testing.assert_close(out[0, 1, :J], want[0, 1, :J], atol=1e-4, rtol=1e-4)
+    assert not out[0, 1, J:].isfinite().any()

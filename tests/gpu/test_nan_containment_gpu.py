@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import tilesparse as ts
-from tilesparse.backends.triton.nonfinite import nonfinite_flag
 
 DEVICE = torch.device("cuda")
 T, J = 1024, 300
@@ -90,21 +89,34 @@ def test_cupy_contains_a_non_finite_key(spec, tensor, value):
     _check(spec, "cupy", torch.float16, 64, tensor, value, feature_key=True)
 
 
-@pytest.mark.parametrize("dtype,D", [(torch.float16, 64), (torch.bfloat16, 128)], ids=["fp16-64", "bf16-128"])
-def test_finite_inputs_take_the_unchanged_kernels(dtype, D, monkeypatch):
-    """The flag is 0 for finite inputs, 1 for any inf or NaN; a finite call gives bit for bit
-    what the unchanged variants alone give (the sanitizing launches exit at once)."""
+def _recording_flags(monkeypatch) -> list[torch.Tensor]:
+    """Every pass's non-finite flag (nonfinite.py), in the order the passes make them."""
     from tilesparse.backends.triton import op
 
+    made: list[torch.Tensor] = []
+    monkeypatch.setattr(op, "new_flag", lambda device: made.append(torch.zeros(1, dtype=torch.int32, device=device)) or made[-1])
+    return made
+
+
+@pytest.mark.parametrize("dtype,D", [(torch.float16, 64), (torch.bfloat16, 128)], ids=["fp16-64", "bf16-128"])
+def test_finite_inputs_take_the_unchanged_kernels(dtype, D, monkeypatch):
+    """Finite inputs leave both passes' flags at 0 and give bit for bit what the unchanged
+    variants alone give (the sanitizing launches exit at once); an inf in v at a key that
+    earlier rows of its diagonal tile do not keep sets the forward pass's flag."""
+    from tilesparse.backends.triton import op
+
+    flags = _recording_flags(monkeypatch)
     q, k, v, dec = _setup(ts.Hash(buckets=4), dtype, D)
-    assert int(nonfinite_flag(q, k, v)) == 0
-    for bad in (float("inf"), float("-inf"), float("nan")):
-        x = v.clone()
-        x[0, 1, 5, 7] = bad
-        assert int(nonfinite_flag(q, k, x)) == 1
     attn = ts.compile(ts.Hash(buckets=4), backend="triton")
     w = torch.rand((1, 2, T, D), device=DEVICE)
     a, ga = _run(attn, q, k, v, dec, w)
-    monkeypatch.setattr(op, "launch_pair", lambda kernel, grid, *args, **kw: kernel[grid](*args, **kw))
-    b, gb = _run(attn, q, k, v, dec, w)
+    assert len(flags) == 2 and all(int(f) == 0 for f in flags)
+    with monkeypatch.context() as m:
+        m.setattr(op, "launch_pair", lambda kernel, grid, *args, **kw: kernel[grid](*args, **kw))
+        b, gb = _run(attn, q, k, v, dec, w)
     assert torch.isfinite(a).all() and torch.equal(a, b) and all(torch.equal(x, y) for x, y in zip(ga, gb, strict=True))
+    flags.clear()
+    x = v.clone()
+    x[0, 1, J] = float("inf")
+    ts.compile(ts.Dense(), causal=True, backend="triton")(q, k, x)
+    assert [int(f) for f in flags] == [1]

@@ -23,7 +23,7 @@ import sys
 import pytest
 import torch
 
-from tilesparse.backends.triton.sm90 import SHARED_LIMIT, flag_variants, index_variants, variants
+from tilesparse.backends.triton.sm90 import SHARED_LIMIT, index_variants, variants
 
 # (kernel, dtype, head dim, gqa) -> most in-loop LDL/STL over its flag variants, measured with
 # triton 3.6 on 2026-11-30. Each listed 16-bit variant spills a little inside its loops yet runs
@@ -32,17 +32,19 @@ from tilesparse.backends.triton.sm90 import SHARED_LIMIT, flag_variants, index_v
 # B=2, H=12, T=16,384); D=128 with 4 warps (B=1, H=32, Hkv=8, T=16,384, QKDrop(0.7)): forward
 # 2.62 vs 4.29 ms, dQ 3.35 vs 4.84, dK/dV 4.95 vs 13.45; D=256 with 4 warps and 32x32 backward
 # tiles: forward+backward 42.5 vs 119.6 ms (dense, T=32,768). fp32 at D >= 128 spills heavily:
-# correct, slower, and not what the benchmarks time.
+# correct, slower, and not what the benchmarks time. The D=128 forward and dK/dV counts rose by
+# 3 and 1 when the unchanged variants began checking their output tiles for an inf or NaN
+# (kernels._flag_nonfinite; bench_models_targets_flag2_h200.json times them).
 KNOWN_LOOP_SPILLS = {
     ("dq", torch.bfloat16, 64, False): 34,
-    ("fwd", torch.bfloat16, 128, False): 61,
-    ("fwd", torch.float16, 128, False): 61,
+    ("fwd", torch.bfloat16, 128, False): 64,
+    ("fwd", torch.float16, 128, False): 64,
     ("dq", torch.bfloat16, 128, False): 21,
     ("dq", torch.float16, 128, False): 21,
-    ("dkdv", torch.bfloat16, 128, False): 35,
-    ("dkdv", torch.bfloat16, 128, True): 35,
-    ("dkdv", torch.float16, 128, False): 35,
-    ("dkdv", torch.float16, 128, True): 35,
+    ("dkdv", torch.bfloat16, 128, False): 36,
+    ("dkdv", torch.bfloat16, 128, True): 36,
+    ("dkdv", torch.float16, 128, False): 36,
+    ("dkdv", torch.float16, 128, True): 36,
     ("dkdv", torch.bfloat16, 256, False): 19,
     ("dkdv", torch.bfloat16, 256, True): 19,
     ("dkdv", torch.float16, 256, False): 19,
@@ -122,13 +124,6 @@ def test_index_kernel_compiles_for_sm90(name, constexprs, reports):
     assert r is not None, f"index kernel {name} {constexprs} was not compiled"
     assert r["shared"] <= SHARED_LIMIT, f"{name} {constexprs}: {r['shared']} bytes of shared memory > {SHARED_LIMIT}"
     assert r["loop_spills"] == 0, f"{name} {constexprs}: {r['loop_spills']} spill loads/stores inside loops ({r})"
-
-
-@pytest.mark.parametrize("variant", flag_variants(), ids=str)
-def test_nonfinite_flag_kernel_compiles_for_sm90(variant, reports):
-    r = reports.get(f"flag {variant}")
-    assert r is not None, f"flag kernel {variant} was not compiled"
-    assert r["loop_spills"] == 0, f"flag kernel {variant}: {r['loop_spills']} spill loads/stores inside loops ({r})"
 
 
 def test_loop_spill_reader_sees_spills():

@@ -10,11 +10,14 @@ one loop: segments of a few tiles pipeline better as one loop than as three). Th
 SCFA's NaN-safe online softmax: a row with no kept key ends with l = 0, outputs zeros and
 stores lse = +inf, so its gradients are zero.
 
-Inputs holding an inf or NaN run each kernel's ``SANITIZE`` variant instead (nonfinite.py
-launches both; each reads a device-side flag and writes nothing unless it is its case): in the
-masked tiles it reads non-finite k, v, q and dO as 0 and makes the rows that keep such a key
-NaN, so 0 * inf never carries a value to a row that does not keep its key. The unchanged
-variant's tile loops are the ones finite inputs run.
+An inf or NaN in the inputs reaches a row that does not keep its key only as 0 * inf = NaN
+in a masked tile's product (masked probabilities are exact zeros), so an output the unchanged
+variant computes with no inf or NaN in it is exact. Each unchanged variant sets a device-side
+flag when a value it stores is not finite; the kernel's ``SANITIZE`` variant, launched after
+it (nonfinite.py), exits at once unless the flag is set, and otherwise computes every output
+again: in the masked tiles it reads non-finite k, v, q and dO as 0 and makes the rows that keep
+such a key NaN, so 0 * inf never carries a value to a row that does not keep its key. Finite
+inputs run the unchanged tile loops and one reduction over each output tile.
 
 Scores are kept in log2 units (``qk_scale = scale * log2(e)``), as in the Triton tutorial.
 Tested on CPU under TRITON_INTERPRET=1 (tests/backends/triton), compiled for sm_90 in CI
@@ -50,6 +53,16 @@ def _tile_keep(q_pos, k_pos, q_bkt, k_bkt, CAUSAL: tl.constexpr, STRICT: tl.cons
     if NOT_SELF:
         keep = keep & (k_pos != q_pos)
     return keep
+
+
+@triton.jit
+def _flag_nonfinite(x, ok, NONFINITE):
+    """Set the flag at NONFINITE when an element of tile ``x`` under ``ok`` is inf or NaN
+    (every program that finds one stores the same 1; a finite row whose sum overflows sets it
+    too, which only costs the sanitizing variant's work)."""
+    rows = tl.sum(tl.where(ok, x, 0.0), 1)  # a sum holding an inf or NaN is not finite
+    if tl.max(tl.where(tl.abs(rows) < float("inf"), 0, 1), 0) != 0:
+        tl.store(NONFINITE, 1)
 
 
 @triton.jit
@@ -203,8 +216,9 @@ def _attn_fwd(Q, K, V, O, LSE,
               SANITIZE: tl.constexpr = False):
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     tl.static_assert(BLOCK_D >= 16, "tl.dot needs an inner dimension of at least 16")
-    if (tl.load(NONFINITE) != 0) != SANITIZE:
-        return  # the other variant of the pair runs this call (see nonfinite.py)
+    if SANITIZE:
+        if tl.load(NONFINITE) == 0:
+            return  # the unchanged variant's output is exact (see the module docstring)
     pid_m = tl.program_id(0)
     pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
     offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
@@ -244,6 +258,8 @@ def _attn_fwd(Q, K, V, O, LSE,
     o_base = O + b.to(tl.int64) * stride_ob + hg.to(tl.int64) * stride_oh
     tl.store(o_base + q_rows[:, None] * stride_ot + offs_d[None, :], o.to(O.dtype.element_ty),
              mask=m_ok[:, None] & d_ok[None, :])
+    if not SANITIZE:
+        _flag_nonfinite(o, m_ok[:, None] & d_ok[None, :], NONFINITE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,7 +332,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     if SANITIZE:
         if tl.load(NONFINITE) == 0:
-            return  # the unchanged variant runs this call (see nonfinite.py)
+            return  # the unchanged variants' outputs are exact (see the module docstring)
     pid_n = tl.program_id(0)
     pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
     row_base_k = pid_bh.to(tl.int64) * seqlen_k  # key rows: Tk of them (queries: Tq = seqlen)
@@ -361,15 +377,19 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                                           PRECISION, SANITIZE)
 
     if not SANITIZE:
-        # checked here, not first: an early exit made the fp32 D=256 variant's loops spill more
+        # the dQ kernel found a value that is not finite: the sanitizing variant writes this
+        # call's dK, dV (checked here, not first: an early exit made the fp32 D=256 variant's
+        # loops spill more)
         if tl.load(NONFINITE) != 0:
-            return  # the sanitizing variant writes this call's dK, dV
+            return
     # dK, dV go to original rows: of this query head's buffer, or straight into the kv head
     if DKV_PER_QUERY_HEAD:
         dkv_head = hg
     else:
         dkv_head = h // K_GROUP
     out_mask = n_ok[:, None] & d_ok[None, :]
+    if not SANITIZE:
+        _flag_nonfinite(dk + dv, out_mask, NONFINITE)
     dk_ptrs = DK + b.to(tl.int64) * stride_dkb + dkv_head.to(tl.int64) * stride_dkh + k_rows[:, None] * stride_dkt
     tl.store(dk_ptrs + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty), mask=out_mask)
     dv_ptrs = DV + b.to(tl.int64) * stride_dvb + dkv_head.to(tl.int64) * stride_dvh + k_rows[:, None] * stride_dvt
@@ -428,8 +448,9 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
     computes FlashAttention-2's delta = rowsum(dO * O) of its rows and stores it for the dK/dV
     kernel, which runs after it."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
-    if (tl.load(NONFINITE) != 0) != SANITIZE:
-        return  # the other variant of the pair runs this call (see nonfinite.py)
+    if SANITIZE:
+        if tl.load(NONFINITE) == 0:
+            return  # the unchanged variant's output is exact (see the module docstring)
     pid_m = tl.program_id(0)
     pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
     offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
@@ -467,3 +488,5 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
     dq_base = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
     tl.store(dq_base + q_rows[:, None] * stride_dqt + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
              mask=m_ok[:, None] & d_ok[None, :])
+    if not SANITIZE:
+        _flag_nonfinite(dq, m_ok[:, None] & d_ok[None, :], NONFINITE)

@@ -18,7 +18,7 @@ from torch import Tensor
 from ...ir import KEY_SENTINEL, HeadGroup, NotSelf, PreparedGroup, SameBucket
 from ..first_order import first_order_only
 from . import kernels
-from .nonfinite import launch_pair, nonfinite_flag
+from .nonfinite import launch_pair, new_flag
 
 __all__ = [
     "TileConfig",
@@ -162,14 +162,11 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: f
 
 
 def launch_fwd(
-    q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig,
-    nonfinite: Tensor | None = None,
+    q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig
 ) -> None:
-    """One launch of the forward kernel: O (B, Hg, Tq, D) and LSE (B, Hg, Tq) of group ``g``.
-    ``nonfinite``: the sanitizing flag (nonfinite.py), computed from v when not given (only a
-    non-finite v can reach a row that does not keep its key in the forward pass)."""
-    if nonfinite is None:
-        nonfinite = nonfinite_flag(v)
+    """The forward kernel's launch pair (nonfinite.py): O (B, Hg, Tq, D) and LSE (B, Hg, Tq)
+    of group ``g``."""
+    nonfinite = new_flag(q.device)
     B, H, T, D = q.shape
     Tk = k.shape[2]
     Hg = len(g.heads)
@@ -212,8 +209,8 @@ class _SparseAttention(torch.autograd.Function):
         n_qb = g.q_ranges.shape[2]
 
         delta = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)  # written by the dQ kernel
-        # a non-finite q, k, v or dO reaches other rows' gradients in the backward tiles
-        nonfinite = nonfinite_flag(q, k, v, do)
+        # one flag for the pass: set by the unchanged dQ or dK/dV variant (nonfinite.py)
+        nonfinite = new_flag(q.device)
 
         full = Hg == H
         dq = torch.empty_like(q) if full else torch.zeros_like(q)

@@ -261,35 +261,6 @@ def compile_index_kernel(name: str, constexprs: dict):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=3))
 
 
-def flag_variants() -> list[dict]:
-    """The non-finite flag kernel (nonfinite.py) as its launches specialize it: one to four
-    tensors, every head dim and input dtype."""
-    from .nonfinite import MAX_TENSORS, block_sizes
-
-    return [
-        dict(dtype=dtype, N=n, D=d, **block_sizes(d))
-        for dtype in ("fp16", "bf16", "fp32") for d in (16, 64, 128, 256) for n in (1, MAX_TENSORS)
-    ]  # fmt: skip
-
-
-def compile_flag_kernel(variant: dict):
-    """Compile one non-finite flag kernel variant for sm_90."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from . import nonfinite
-
-    os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
-    fn = nonfinite._nonfinite_kernel
-    constexprs = {k: v for k, v in variant.items() if k != "dtype"}
-    pointers = {"flag": "*i32", **{n: f"*{variant['dtype']}" for n in "abcd"}}
-    sig = {n: "constexpr" if n in constexprs else pointers.get(n, "i32") for n in fn.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
-    src = ASTSource(fn, sig, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=3))
-
-
 def main() -> None:
     """Compile every variant and print one JSON line per variant (run without the interpreter:
     ``TRITON_INTERPRET=0 python -m tilesparse.backends.triton.sm90``)."""
@@ -306,9 +277,6 @@ def main() -> None:
     for name, const in index_variants():
         r = report(compile_index_kernel(name, const))
         print(json.dumps({"variant": f"index {name} {const}", "kernel": name, **r.__dict__}), flush=True)
-    for variant in flag_variants():
-        r = report(compile_flag_kernel(variant))
-        print(json.dumps({"variant": f"flag {variant}", "kernel": "_nonfinite_kernel", **r.__dict__}), flush=True)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from .decisions import Decisions
-from .device_constants import outside_graph_pools
+from .device_constants import capturing, outside_graph_pools
 
 __all__ = [
     "DEFERRED_DEVICES",
@@ -121,7 +121,7 @@ class DeviceErrors:
     def publish(self) -> None:
         """Start the record's copy to the host behind the work queued so far (no wait); one
         copy in flight at a time, and none while a CUDA graph is captured."""
-        if self.pending or _capturing(self.device):
+        if self.pending or capturing(self.device):
             return
         if self.event is None:
             self.host.copy_(self.record)
@@ -132,7 +132,7 @@ class DeviceErrors:
 
     def poll(self) -> None:
         """Raise the recorded error if the last copy has landed (never waits)."""
-        if not self.pending or _capturing(self.device):
+        if not self.pending or capturing(self.device):
             return
         if self.event is not None and not self.event.query():
             return
@@ -141,7 +141,7 @@ class DeviceErrors:
 
     def check(self) -> None:
         """Raise the recorded error, waiting for the device (a synchronization)."""
-        if _capturing(self.device):
+        if capturing(self.device):
             raise RuntimeError("tilesparse.check_errors() reads the device: call it after the CUDA graph capture")
         self.pending = False
         self._raise_if_bad(self.record.to("cpu").numpy().tolist())
@@ -156,10 +156,6 @@ class DeviceErrors:
             "that met them returned NaN, and the error is raised at the op's next call or by "
             "tilesparse.check_errors())"
         )
-
-
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def check_on_device(

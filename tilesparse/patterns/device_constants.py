@@ -20,7 +20,7 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
-__all__ = ["device_constant", "outside_graph_pools"]
+__all__ = ["capturing", "device_constant", "outside_graph_pools"]
 
 T = TypeVar("T")
 _kept: dict[tuple, Tensor] = {}
@@ -35,7 +35,8 @@ def _pinned_device(device: torch.device) -> torch.device:
     return device
 
 
-def _capturing(device: torch.device) -> bool:
+def capturing(device: torch.device) -> bool:
+    """Whether ``device``'s current stream is being captured into a CUDA graph."""
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
@@ -43,7 +44,7 @@ def outside_graph_pools(device: torch.device, make: Callable[[], T]) -> T:
     """``make()``'s result, its CUDA allocations made outside any CUDA graph memory pool (on a
     worker thread for a CUDA device). Directly on the CPU, and during a stream capture, where
     work the capture does not see could not be replayed (the capture then owns the memory)."""
-    if device.type != "cuda" or _capturing(device):
+    if device.type != "cuda" or capturing(device):
         return make()
     return _worker.submit(make).result()
 
@@ -52,12 +53,15 @@ def device_constant(values: tuple[int, ...], dtype: torch.dtype, device: torch.d
     """``torch.tensor(values, dtype=dtype)`` on ``device``, made once and kept (one upload,
     outside any CUDA graph pool); during a capture that meets it first, built from fills on the
     capturing stream and not kept. Never written: callers index or read it."""
+    t = _kept.get((values, dtype, device))  # a call's devices carry their index: one lookup
+    if t is not None:
+        return t
     device = _pinned_device(torch.device(device))
     key = (values, dtype, device)
     t = _kept.get(key)
     if t is not None:
         return t
-    if _capturing(device):
+    if capturing(device):
         return _filled(values, dtype, device)
     t = outside_graph_pools(device, lambda: torch.tensor(values, dtype=dtype, device=device))
     with _lock:  # kept for good: one small tensor per distinct head list, never freed while in use

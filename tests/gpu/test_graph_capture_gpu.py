@@ -217,7 +217,9 @@ def _train(attn, steps: int = 20) -> list[float]:
     backward), one step marked per iteration; losses read back once, at the end."""
     torch.manual_seed(0)
     model = AttentionBlock(attn, heads=H, head_dim=D).to(DEVICE, torch.bfloat16)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    # Adam: steps of a fixed size whatever the gradients' scale, so the loss falls well past
+    # the noise of patterns that draw new decisions every call
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     step = torch.compile(lambda x: model(x).float().square().mean(), mode="reduce-overhead", fullgraph=True)
     x = torch.randn(2, T, H * D, device=DEVICE, dtype=torch.bfloat16)
 
@@ -226,7 +228,9 @@ def _train(attn, steps: int = 20) -> list[float]:
         loss = step(x)
         loss.backward()
         opt.step()
-        opt.zero_grad(set_to_none=False)
+        # set_to_none: a gradient the backward graph produced becomes the parameter's .grad;
+        # kept (zeroed) into the next step, the next replay would overwrite it under autograd
+        opt.zero_grad(set_to_none=True)
         return loss.detach().clone()  # the graph's output buffer is reused by the next replay
 
     for _ in range(3):  # compile, warm up, record the CUDA graphs

@@ -137,7 +137,7 @@ def test_launch_key_is_flat_over_fresh_decisions():
     for step in range(50):
         dec = attn.decide(q, q, generator=torch.Generator().manual_seed(step))
         g = prepare_group(program, program.groups[0], (0, 1, 2), dec, batch=2, heads=3, seqlen=200, device="cpu")
-        keys.add(launch_key(g, q, cfg, 1, 1))
+        keys.add(launch_key(g, q, cfg))
     assert len(keys) == 1, keys
 
 

@@ -33,7 +33,7 @@ import triton.language as tl
 KEY_SENTINEL = tl.constexpr(1 << 30)
 
 # per-step sizes are runtime values; keep Triton from specializing on their divisibility
-_RUNTIME = ["seqlen", "seqlen_k", "n_blocks", "n_heads_g"]
+_RUNTIME = ["seqlen", "seqlen_k", "n_blocks", "n_heads_g", "k_group", "v_group"]
 
 
 @triton.jit
@@ -139,10 +139,10 @@ def _layout_rows(ORDER, POS, BKT, row_base, block, seqlen, pos_other, bkt_other,
 
 
 @triton.jit
-def _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, K_GROUP: tl.constexpr, V_GROUP: tl.constexpr):
+def _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, k_group, v_group):
     """Pointers to K and V of batch b and the kv head of query head h."""
-    k_base = K + b.to(tl.int64) * stride_kb + (h // K_GROUP).to(tl.int64) * stride_kh
-    v_base = V + b.to(tl.int64) * stride_vb + (h // V_GROUP).to(tl.int64) * stride_vh
+    k_base = K + b.to(tl.int64) * stride_kb + (h // k_group).to(tl.int64) * stride_kh
+    v_base = V + b.to(tl.int64) * stride_vb + (h // v_group).to(tl.int64) * stride_vh
     return k_base, v_base
 
 
@@ -207,8 +207,7 @@ def _attn_fwd(Q, K, V, O, LSE,
               stride_kb, stride_kh, stride_kt,
               stride_vb, stride_vh, stride_vt,
               stride_ob, stride_oh, stride_ot,
-              n_heads_g, seqlen, seqlen_k, n_blocks, qk_scale,
-              K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
+              n_heads_g, seqlen, seqlen_k, n_blocks, qk_scale, k_group, v_group,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
               CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
@@ -229,7 +228,7 @@ def _attn_fwd(Q, K, V, O, LSE,
     q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
     q = tl.load(q_base + q_rows[:, None] * stride_qt + offs_d[None, :],
                 mask=(q_pos >= 0)[:, None] & d_ok[None, :], other=0.0)
-    k_base, v_base = _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, K_GROUP, V_GROUP)
+    k_base, v_base = _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, k_group, v_group)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -321,8 +320,8 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                    stride_dob, stride_doh, stride_dot,
                    stride_dkb, stride_dkh, stride_dkt,
                    stride_dvb, stride_dvh, stride_dvt,
-                   n_heads_g, seqlen, seqlen_k, n_blocks, qk_scale, sm_scale,
-                   K_GROUP: tl.constexpr, V_GROUP: tl.constexpr, DKV_PER_QUERY_HEAD: tl.constexpr,
+                   n_heads_g, seqlen, seqlen_k, n_blocks, qk_scale, sm_scale, k_group, v_group,
+                   DKV_PER_QUERY_HEAD: tl.constexpr,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                    CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
@@ -341,9 +340,9 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     kv_ok = (k_pos != KEY_SENTINEL)[:, None] & d_ok[None, :]
-    k = tl.load(K + b.to(tl.int64) * stride_kb + (h // K_GROUP).to(tl.int64) * stride_kh
+    k = tl.load(K + b.to(tl.int64) * stride_kb + (h // k_group).to(tl.int64) * stride_kh
                 + k_rows[:, None] * stride_kt + offs_d[None, :], mask=kv_ok, other=0.0)
-    v = tl.load(V + b.to(tl.int64) * stride_vb + (h // V_GROUP).to(tl.int64) * stride_vh
+    v = tl.load(V + b.to(tl.int64) * stride_vb + (h // v_group).to(tl.int64) * stride_vh
                 + k_rows[:, None] * stride_vt + offs_d[None, :], mask=kv_ok, other=0.0)
     if SANITIZE:
         # a non-finite v row reads as 0: the keys' dP stay finite (a row keeping the key has a
@@ -382,11 +381,12 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
         # loops spill more)
         if tl.load(NONFINITE) != 0:
             return
-    # dK, dV go to original rows: of this query head's buffer, or straight into the kv head
+    # dK, dV go to original rows: of this query head's buffer, or straight into the kv head,
+    # which is h (written in place only with one query head per kv head: op.py's ``direct``)
     if DKV_PER_QUERY_HEAD:
         dkv_head = hg
     else:
-        dkv_head = h // K_GROUP
+        dkv_head = h
     out_mask = n_ok[:, None] & d_ok[None, :]
     if not SANITIZE:
         _flag_nonfinite(dk + dv, out_mask, NONFINITE)
@@ -437,8 +437,7 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
                  stride_ob, stride_oh, stride_ot,
                  stride_dob, stride_doh, stride_dot,
                  stride_dqb, stride_dqh, stride_dqt,
-                 n_heads_g, seqlen, seqlen_k, n_blocks, qk_scale, sm_scale,
-                 K_GROUP: tl.constexpr, V_GROUP: tl.constexpr,
+                 n_heads_g, seqlen, seqlen_k, n_blocks, qk_scale, sm_scale, k_group, v_group,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                  CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
@@ -467,7 +466,7 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
                 + q_rows[:, None] * stride_ot + offs_d[None, :], mask=row_ok, other=0.0)
     di = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # dropped rows: 0 (their O is 0)
     tl.store(DELTA + row_base + offs_m, di, mask=m_ok)
-    k_base, v_base = _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, K_GROUP, V_GROUP)
+    k_base, v_base = _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, k_group, v_group)
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     nseg, rng = _segments(NSEG, RANGES, pid_bh, n_blocks, pid_m, MAX_SEG)

@@ -140,19 +140,10 @@ def _precision(dtype: torch.dtype) -> str:
     return "tf32x3" if dtype == torch.float32 else "tf32"
 
 
-def launch_key(g: PreparedGroup, q: Tensor, cfg: TileConfig, k_group: int, v_group: int) -> tuple:
-    """Everything a launch specializes on (the compile-time constants); decisions and
-    per-step sizes are not in it, so they never recompile."""
-    return (
-        q.dtype,
-        k_group,
-        v_group,
-        q.shape[-1],
-        _block_d(q.shape[-1]),
-        cfg,
-        g.q_ranges.shape[3],
-        tuple(sorted(_flags(g, cfg).items())),
-    )
+def launch_key(g: PreparedGroup, q: Tensor, cfg: TileConfig) -> tuple:
+    """Everything a launch specializes on (the compile-time constants); decisions, per-step
+    sizes and the GQA group are not in it, so they never recompile."""
+    return (q.dtype, q.shape[-1], _block_d(q.shape[-1]), cfg, g.q_ranges.shape[3], tuple(sorted(_flags(g, cfg).items())))
 
 
 def sparse_attention(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig) -> Tensor:
@@ -175,9 +166,8 @@ def launch_fwd(
         kernels._attn_fwd, (n_blocks, B * Hg), q, k, v, o, lse,
         g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        Hg, T, Tk, n_blocks, scale * LOG2E,
-        K_GROUP=H // k.shape[1], V_GROUP=H // v.shape[1], HEAD_DIM=D, BLOCK_D=_block_d(D),
-        BLOCK_M=cfg.block_q, BLOCK_N=cfg.fwd_n, MAX_SEG=g.q_ranges.shape[3],
+        Hg, T, Tk, n_blocks, scale * LOG2E, H // k.shape[1], H // v.shape[1],
+        HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_M=cfg.block_q, BLOCK_N=cfg.fwd_n, MAX_SEG=g.q_ranges.shape[3],
         PRECISION=_precision(q.dtype), num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages,
         **_flags(g, cfg),
     )  # fmt: skip
@@ -218,9 +208,8 @@ class _SparseAttention(torch.autograd.Function):
             kernels._attn_bwd_dq, (n_qb, B * Hg), q, k, v, o, do, dq, lse, delta,
             g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
-            Hg, T, Tk, n_qb, scale * LOG2E, scale,
-            K_GROUP=k_group, V_GROUP=v_group, BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n,
-            MAX_SEG=g.q_ranges.shape[3], num_warps=cfg.dq_warps, num_stages=cfg.dq_stages,
+            Hg, T, Tk, n_qb, scale * LOG2E, scale, k_group, v_group,
+            BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n, MAX_SEG=g.q_ranges.shape[3], num_warps=cfg.dq_warps, num_stages=cfg.dq_stages,
             **common, **flags,
         )  # fmt: skip
 
@@ -237,9 +226,8 @@ class _SparseAttention(torch.autograd.Function):
             kernels._attn_bwd_dkdv, (n_kb, B * Hg), q, k, v, do, dk, dv, lse, delta,
             g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.k_ranges, g.k_nseg, g.head_map, nonfinite,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
-            Hg, T, Tk, n_kb, scale * LOG2E, scale,
-            K_GROUP=k_group, V_GROUP=v_group, DKV_PER_QUERY_HEAD=not direct,
-            BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=g.k_ranges.shape[3],
+            Hg, T, Tk, n_kb, scale * LOG2E, scale, k_group, v_group,
+            DKV_PER_QUERY_HEAD=not direct, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=g.k_ranges.shape[3],
             num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
             **common, **flags,
         )  # fmt: skip

@@ -53,8 +53,7 @@ class Variant:
 
     def constexprs(self) -> dict:
         c = dict(HEAD_DIM=self.head_dim, BLOCK_D=_block_d(self.head_dim))
-        group = 2 if self.gqa else 1
-        c.update(K_GROUP=group, V_GROUP=group, MAX_SEG=16, PRECISION=_precision(self.dtype), **dict(self.flags))
+        c.update(MAX_SEG=16, PRECISION=_precision(self.dtype), **dict(self.flags))
         c["SINGLE_LOOP"] = self.cfg.single_loop == 2 or (self.cfg.single_loop == 1 and c["SAME_BUCKET"])
         c["SANITIZE"] = self.sanitize
         if self.kernel == "fwd":

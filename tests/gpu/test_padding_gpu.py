@@ -15,14 +15,11 @@ import torch
 import tilesparse as ts
 from tilesparse.testing import assert_equivalent
 
+from builtin_specs import one_of_each_kind
+
 SPECS = [
-    ts.Dense(),
-    ts.QKDrop(keep=0.7),
-    ts.Hash(buckets=16),
+    *one_of_each_kind(keep=0.7, buckets=16, k=16, hybrid_buckets=8, hybrid_keep=0.6, perhead_buckets=8).values(),
     ts.Hash(buckets=16, attend_self=False),
-    ts.TopKFeatures(k=16),
-    ts.Hybrid(parts=[ts.QKDrop(keep=0.6), ts.Hash(buckets=8)]),
-    ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=8)),
 ]
 
 

@@ -12,6 +12,7 @@ from .inspect import (
     to_dense,
     to_string,
 )
+from . import program
 from .lower import lower
 from .prepare import (
     Prepared,
@@ -21,19 +22,7 @@ from .prepare import (
     prepare_group,
     resolve_heads,
 )
-from .program import (
-    Causal,
-    DotScore,
-    FeatureDotScore,
-    HeadGroup,
-    Keep,
-    Layout,
-    NotSelf,
-    Predicate,
-    Program,
-    SameBucket,
-    Score,
-)
+from .program import *  # noqa: F403 (the node kinds: program.__all__ lists them once)
 from .semantics import (
     DROPPED_K_BUCKET,
     DROPPED_Q_BUCKET,
@@ -47,25 +36,15 @@ from .tiles import tile_intervals, visited_tiles
 from .verify import verify
 
 __all__ = [
+    *program.__all__,
     "DROPPED_K_BUCKET",
     "DROPPED_Q_BUCKET",
     "KEY_SENTINEL",
     "QUERY_SENTINEL",
     "SUPPORTED_DTYPES",
     "AttentionInputs",
-    "Causal",
-    "DotScore",
-    "FeatureDotScore",
-    "HeadGroup",
-    "Keep",
-    "Layout",
-    "NotSelf",
-    "Predicate",
     "Prepared",
     "PreparedGroup",
-    "Program",
-    "SameBucket",
-    "Score",
     "check_inputs",
     "check_scale",
     "check_tensor_args",

@@ -6,16 +6,8 @@ from __future__ import annotations
 import tilesparse as ts
 
 
-def one_of_each_kind(
-    *,
-    keep: float,
-    buckets: int,
-    k: int,
-    hybrid_buckets: int | None = None,
-    hybrid_keep: float = 0.7,
-    perhead_buckets: int | None = None,
-    dense_head: int = 0,
-) -> dict[str, ts.SpecBase]:
+def one_of_each_kind(*, keep: float, buckets: int, k: int, hybrid_buckets: int | None = None, hybrid_keep: float = 0.7,
+                     perhead_buckets: int | None = None, dense_head: int = 0) -> dict[str, ts.SpecBase]:
     """Dense, QKDrop(keep), Hash(buckets), TopKFeatures(k), a Hybrid of a Hash and a QKDrop, and
     a PerHead with one dense head and Hash on the rest, keyed by kind; the Hybrid's and the
     PerHead's buckets default to ``buckets``."""

@@ -1,6 +1,7 @@
 """The IR: lowering specs to programs, preparing runtime index tensors, checking invariants."""
 
 from ..patterns.device_constants import device_constant
+from . import program
 from .inputs import SUPPORTED_DTYPES, AttentionInputs, check_inputs, check_scale, check_tensor_args
 from .inspect import (
     ideal_tiles,
@@ -12,7 +13,6 @@ from .inspect import (
     to_dense,
     to_string,
 )
-from . import program
 from .lower import lower
 from .prepare import (
     Prepared,

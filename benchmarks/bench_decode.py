@@ -49,6 +49,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 import tilesparse as ts  # noqa: E402
 from tilesparse.inference import decode_step, key_slices  # noqa: E402
 
+from benchmarks.shared_options import add_head_options  # noqa: E402
+
 PATTERNS = {
     "hash16": ts.Hash(buckets=16),
     "qkdrop0.5": ts.QKDrop(keep=0.5),
@@ -300,9 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--contexts", default="8192,32768,131072")
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--kv-heads", type=int, default=8)
-    p.add_argument("--head-dim", type=int, default=128)
+    add_head_options(p, heads=8, kv_heads=8, head_dim=128)
     p.add_argument("--device", default="cuda")
     p.add_argument("--no-prefill", action="store_true")
     p.add_argument("--prefill-context", type=int, default=131072)

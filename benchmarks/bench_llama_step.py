@@ -47,6 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import tilesparse as ts  # noqa: E402
 from tilesparse.integrations.transformers import register  # noqa: E402
 
+from benchmarks.shared_options import add_head_options, add_run_options  # noqa: E402
+
 SPECS = {"dense": ts.Dense(), "hash16": ts.Hash(buckets=16), "keep0.7": ts.QKDrop(keep=0.7)}
 
 
@@ -152,17 +154,14 @@ def main(argv=None) -> int:
     p.add_argument("--t", type=int, default=16384)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--width", type=int, default=1024)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--kv-heads", type=int, default=2)
+    add_head_options(p, heads=8, kv_heads=2)
     p.add_argument("--intermediate", type=int, default=2816)
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--impls", default="sdpa,dense,hash16,keep0.7")
-    p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--docs", type=int, default=8)
     p.add_argument("--packed-t", type=int, default=32768)
-    p.add_argument("--backend", default="auto")
-    p.add_argument("--smoke", action="store_true", help="CPU, tiny: checks the script runs, measures nothing")
+    add_run_options(p, smoke_help="CPU, tiny: checks the script runs, measures nothing")
     args = p.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
     args.dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

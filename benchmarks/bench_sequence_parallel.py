@@ -65,6 +65,8 @@ import tilesparse as ts  # noqa: E402
 from tilesparse.distributed import SequenceParallel, broadcast_decisions  # noqa: E402
 from tilesparse.distributed.exchange import heads_to_sequence, sequence_to_heads  # noqa: E402
 
+from benchmarks.shared_options import add_head_options, add_run_options  # noqa: E402
+
 PATTERNS = {"hash16": ts.Hash(buckets=16), "qkdrop0.5": ts.QKDrop(keep=0.5)}
 SEARCH_PATTERN = "hash16"
 
@@ -81,12 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--search-gpus", default="1,2", help="GPU counts to search: 1, 2 or both")
     p.add_argument("--only", choices=["time", "search"], default=None, help="run only the timing or the search")
     p.add_argument("--iters", type=int, default=10, help="timed calls per measurement")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--heads", type=int, default=32)
-    p.add_argument("--kv-heads", type=int, default=8)
-    p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--backend", default="auto")
-    p.add_argument("--smoke", action="store_true", help="CPU, gloo, tiny sizes: checks the script runs")
+    add_head_options(p, heads=32, kv_heads=8, head_dim=128)
+    add_run_options(p, smoke_help="CPU, gloo, tiny sizes: checks the script runs")
     a = p.parse_args(argv)
     if a.smoke:
         a.t, a.exact_t, a.search, a.iters, a.warmup = "256,512", 128, "256,512", 2, 1

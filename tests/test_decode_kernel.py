@@ -18,15 +18,12 @@ from tilesparse.backends.triton.decode import decode_split, merge_splits, split_
 from tilesparse.inference import decode_step, key_slices
 from tilesparse.testing import decisions
 
+from builtin_specs import one_of_each_kind
+
 SPECS = [
-    ts.Dense(),
-    ts.QKDrop(keep=0.5),
-    ts.Hash(buckets=3),
+    *one_of_each_kind(keep=0.5, buckets=3, k=4, hybrid_buckets=2, hybrid_keep=0.6).values(),
     ts.Hash(buckets=2, attend_self=False),
-    ts.TopKFeatures(k=4),
-    ts.Hybrid(parts=[ts.Hash(buckets=2), ts.QKDrop(keep=0.6)]),
     ts.Hybrid(parts=[ts.TopKFeatures(k=3), ts.QKDrop(keep=0.6)]),
-    ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=3)),
 ]
 
 

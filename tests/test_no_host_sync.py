@@ -33,14 +33,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import tilesparse as ts
 from tilesparse.patterns import decision_errors
 
-SPECS = {
-    "dense": ts.Dense(),
-    "qkdrop": ts.QKDrop(keep=0.6),
-    "hash": ts.Hash(buckets=4),
-    "topk": ts.TopKFeatures(k=4),
-    "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=3), ts.QKDrop(keep=0.7)]),
-    "perhead": ts.PerHead(dense_heads=[1], rest=ts.Hash(buckets=4)),
-}
+from builtin_specs import one_of_each_kind
+
+SPECS = one_of_each_kind(keep=0.6, buckets=4, k=4, hybrid_buckets=3, dense_head=1)
 
 _DATA_SIZED = {"nonzero", "masked_select", "_unique", "_unique2", "unique_dim", "unique_consecutive"}
 

@@ -27,16 +27,11 @@ import torch
 import tilesparse as ts
 from tilesparse.testing import AttentionBlock
 
+from builtin_specs import one_of_each_kind
+
 DEVICE = torch.device("cuda")
 B, H, T, D = 1, 4, 2048, 64
-SPECS = {
-    "dense": ts.Dense(),
-    "qkdrop": ts.QKDrop(keep=0.5),
-    "hash": ts.Hash(buckets=8),
-    "topk": ts.TopKFeatures(k=16),
-    "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=8), ts.QKDrop(keep=0.7)]),
-    "perhead": ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=8)),
-}
+SPECS = one_of_each_kind(keep=0.5, buckets=8, k=16)
 
 
 @pytest.fixture(autouse=True)

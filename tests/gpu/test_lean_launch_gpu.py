@@ -11,17 +11,11 @@ import tilesparse as ts
 from tilesparse.backends.triton import index, kernels
 from tilesparse.backends.triton.launch import lean, lean_supported, normal_launches
 
+from builtin_specs import one_of_each_kind
+
 DEVICE = torch.device("cuda")
 
-SPECS = {
-    "dense": ts.Dense(),
-    "keep0.5": ts.QKDrop(keep=0.5),
-    "hash16": ts.Hash(buckets=16),
-    "hash64": ts.Hash(buckets=64),
-    "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)]),
-    "perhead": ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=4)),
-    "topk8": ts.TopKFeatures(k=8),
-}
+SPECS = {**one_of_each_kind(keep=0.5, buckets=16, k=8, perhead_buckets=4), "hash64": ts.Hash(buckets=64)}
 KERNELS = (kernels._attn_fwd, kernels._attn_bwd_dq, kernels._attn_bwd_dkdv, index._sort_keys, index._build_sides)
 
 

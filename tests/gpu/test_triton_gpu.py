@@ -21,21 +21,18 @@ from tilesparse.backends.reference import feature_mask, masked_attention
 from tilesparse.backends.triton.op import compiled_kernel_count
 from tilesparse.testing import assert_equivalent
 
+from builtin_specs import one_of_each_kind
+
 DEVICE = torch.device("cuda")
 EXAMPLES = int(os.environ.get("TILESPARSE_GPU_EXAMPLES", "120"))  # over all shards
 # max error relative to the reference's largest magnitude, per input dtype
 TOL = {torch.float32: 2e-3, torch.float16: 5e-3, torch.bfloat16: 3e-2}
 
 SPECS = [
-    ts.Dense(),
-    ts.QKDrop(keep=0.5),
+    *one_of_each_kind(keep=0.5, buckets=16, k=8, hybrid_buckets=8, perhead_buckets=4).values(),
     ts.QKDrop(keep=0.05),
-    ts.Hash(buckets=16),
     ts.Hash(buckets=3, attend_self=False),
     ts.Hash(buckets=1),
-    ts.Hybrid(parts=[ts.Hash(buckets=8), ts.QKDrop(keep=0.7)]),
-    ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=4)),
-    ts.TopKFeatures(k=8),
     ts.Hybrid(parts=[ts.TopKFeatures(k=4), ts.QKDrop(keep=0.5)]),
 ]
 

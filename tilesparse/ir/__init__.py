@@ -1,6 +1,7 @@
 """The IR: lowering specs to programs, preparing runtime index tensors, checking invariants."""
 
 from ..patterns.device_constants import device_constant
+from . import program
 from .inputs import SUPPORTED_DTYPES, AttentionInputs, check_inputs, check_scale, check_tensor_args
 from .inspect import (
     ideal_tiles,
@@ -21,19 +22,7 @@ from .prepare import (
     prepare_group,
     resolve_heads,
 )
-from .program import (
-    Causal,
-    DotScore,
-    FeatureDotScore,
-    HeadGroup,
-    Keep,
-    Layout,
-    NotSelf,
-    Predicate,
-    Program,
-    SameBucket,
-    Score,
-)
+from .program import *  # noqa: F403 (the node kinds: program.__all__ lists them once)
 from .semantics import (
     DROPPED_K_BUCKET,
     DROPPED_Q_BUCKET,
@@ -47,25 +36,15 @@ from .tiles import tile_intervals, visited_tiles
 from .verify import verify
 
 __all__ = [
+    *program.__all__,
     "DROPPED_K_BUCKET",
     "DROPPED_Q_BUCKET",
     "KEY_SENTINEL",
     "QUERY_SENTINEL",
     "SUPPORTED_DTYPES",
     "AttentionInputs",
-    "Causal",
-    "DotScore",
-    "FeatureDotScore",
-    "HeadGroup",
-    "Keep",
-    "Layout",
-    "NotSelf",
-    "Predicate",
     "Prepared",
     "PreparedGroup",
-    "Program",
-    "SameBucket",
-    "Score",
     "check_inputs",
     "check_scale",
     "check_tensor_args",

@@ -59,6 +59,7 @@ class Defect:
         return not measured_below or max(measured_below) in self.broken
 
 
+# measured with a 16x16 bf16 dot in the interpreter on 3.6.0, 3.7.1 and 3.9.0
 INTERPRETER_BF16_DOT = Defect(
     what="the CPU interpreter multiplies the bf16 operands of tl.dot as raw bit patterns (errors ~1e10; "
     "triton-lang/triton#11584)",
@@ -66,6 +67,7 @@ INTERPRETER_BF16_DOT = Defect(
     broken=frozenset({(3, 6), (3, 7), (3, 9)}),
 )
 
+# measured with tests/backends/triton/carried_scalar_probe.py on 3.6.0, 3.7.1, 3.8.0 and 3.9.0
 CARRIED_SCALAR_FOLDED = Defect(
     what="compiling for a GPU, a pass after the TTIR (the TTGIR layout passes) replaces a scalar carried "
     "through a loop that holds tile loops with its initial value",
@@ -75,6 +77,7 @@ CARRIED_SCALAR_FOLDED = Defect(
     fixed=frozenset({(3, 8), (3, 9)}),
 )
 
+# measured with numpy 2.4.6: 3.6.0 fails, the CPU suite runs on 3.7.1 and 3.9.0
 INTERPRETER_NUMPY_2_4 = Defect(
     what="with numpy >= 2.4 the CPU interpreter fails on any loop with a runtime bound "
     "(TypeError: only 0-dimensional arrays can be converted to Python scalars)",

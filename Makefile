@@ -6,17 +6,25 @@ STAMP := $(VENV)/.installed
 # an exact torch pin: a plain "torch" resolves to a multi-GB CUDA build on Linux; the CPU
 # suite needs only a CPU build (set TORCH to pick another one)
 TORCH ?= torch==2.13.0
-# the tests' Triton: the version the GPU machines' torch brings, which the sm_90 compile check's
-# spill counts were measured with (the package itself takes any Triton 3.6 or newer)
-TRITON ?= triton==3.6.0
+# the tests' Triton: the one CUDA builds of torch 2.13 require (the package itself takes any
+# Triton 3.6 or newer); TRITON=triton==3.6.0 tests the Triton of torch 2.11. The sm_90 compile
+# test holds spill counts measured with each of the two.
+TRITON ?= triton==3.7.1
+# Triton 3.6's CPU interpreter fails on numpy 2.4 (backends/triton/versions.py); newer ones do not
+NUMPY := $(if $(findstring 3.6,$(TRITON)),numpy<2.4,numpy)
+PINS := $(TORCH) $(TRITON) $(NUMPY)
 
-.PHONY: demo test test-transformers test-gpu test-gpu-property clean
+.PHONY: demo test test-transformers test-gpu test-gpu-property clean FORCE
 
-$(STAMP): pyproject.toml
+# rewritten only when the pins change, so that a change reinstalls
+$(VENV)/.pins: FORCE
+	@mkdir -p $(VENV) && echo '$(PINS)' | cmp -s - $@ || echo '$(PINS)' > $@
+
+$(STAMP): pyproject.toml $(VENV)/.pins
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q '$(TORCH)' '$(TRITON)'
-	# the test extra: pytest, hypothesis, the cli extra, and numpy<2.4 for Triton 3.6's interpreter
+	$(BIN)/python -m pip install -q '$(TORCH)' '$(TRITON)' '$(NUMPY)'
+	# the test extra: pytest, pytest-xdist, hypothesis and the cli extra
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 

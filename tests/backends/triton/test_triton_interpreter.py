@@ -157,7 +157,6 @@ def test_the_bf16_dot_patch_is_tied_to_the_versions_that_need_it():
     from tilesparse.backends.triton import interpreter
 
     assert interpreter.needs_bf16_dot_patch("3.6.0") and interpreter.needs_bf16_dot_patch("3.7.1")
-    assert interpreter.triton_version("3.10.2") == (3, 10)
 
     @triton.jit
     def dot16(a_ptr, b_ptr, c_ptr):
@@ -180,5 +179,6 @@ def test_the_bf16_dot_patch_is_tied_to_the_versions_that_need_it():
     broken = not torch.allclose(c, want, atol=1e-2, rtol=1e-2)
     assert broken == interpreter.needs_bf16_dot_patch(), (triton.__version__, (c - want).abs().max())
     interpreter.patch_bf16_dot()
+    assert (builder.create_dot is not interpreter.unpatched_create_dot()) == broken, "patched exactly where broken"
     dot16[(1,)](a, b, c)
     torch.testing.assert_close(c, want, atol=1e-3, rtol=1e-3)

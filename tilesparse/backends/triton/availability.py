@@ -17,7 +17,7 @@ HAVE_TRITON = importlib.util.find_spec("triton") is not None
 def triton_reasons(inputs: AttentionInputs) -> list[str]:
     """Why Triton kernels cannot run on ``inputs``' device (empty when they can)."""
     if not HAVE_TRITON:
-        return ["triton is not installed (pip install 'triton>=3.6,<3.7')"]
+        return ["triton is not installed (pip install 'triton>=3.6', or the Triton your torch requires)"]
     from .op import interpreting
 
     reasons = []

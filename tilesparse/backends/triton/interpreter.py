@@ -1,43 +1,29 @@
 """A workaround for Triton's CPU interpreter, applied only under TRITON_INTERPRET=1 and only on
-the Triton versions measured to need it (:data:`BF16_DOT_BROKEN`).
+the Triton releases that need it (:data:`.versions.INTERPRETER_BF16_DOT`).
 
 The interpreter multiplies bf16 operands of ``tl.dot`` as raw bit patterns (results off by
-~1e10; triton-lang/triton#11584): measured on Triton 3.6, 3.7 and 3.9. The patch converts bf16
-operands to fp32 before the product, which is what tensor cores do (bf16 operands, fp32
-accumulation). Other dtypes are untouched. The kernels do no bf16 arithmetic besides dots and
-conversions, so this is all they need. ``tests/backends/triton/test_triton_interpreter.py``
-checks that the installed Triton's own dot is broken exactly when :func:`needs_bf16_dot_patch`
-says so: a Triton that fixes it fails that test until it is added here as fixed.
+~1e10; triton-lang/triton#11584). The patch converts bf16 operands to fp32 before the product,
+which is what tensor cores do (bf16 operands, fp32 accumulation). Other dtypes are untouched.
+The kernels do no bf16 arithmetic besides dots and conversions, so this is all they need.
+``tests/backends/triton/test_triton_interpreter.py`` checks that the installed Triton's own dot
+is broken exactly when :func:`needs_bf16_dot_patch` says so: a Triton that fixes it fails that
+test until it is recorded as fixed in ``versions.py``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BF16_DOT_BROKEN", "needs_bf16_dot_patch", "patch_bf16_dot", "unpatched_create_dot"]
+from .versions import INTERPRETER_BF16_DOT
 
-# (major, minor) of the Triton releases whose interpreter computes bf16 dots wrong; a newer
-# release is assumed broken too until measured (the patch is exact either way)
-BF16_DOT_BROKEN: frozenset[tuple[int, int]] = frozenset({(3, 6), (3, 7), (3, 9)})
-_LAST_MEASURED = max(BF16_DOT_BROKEN)
+__all__ = ["needs_bf16_dot_patch", "patch_bf16_dot", "unpatched_create_dot"]
 
 _ORIGINAL = None  # the interpreter's own create_dot, once patched
 
 
-def triton_version(version: str | None = None) -> tuple[int, int]:
-    """(major, minor) of ``version`` (default: the installed Triton's)."""
-    if version is None:
-        import triton
-
-        version = triton.__version__
-    major, minor = version.split(".")[:2]
-    return int(major), int(minor)
-
-
 def needs_bf16_dot_patch(version: str | None = None) -> bool:
     """Whether Triton ``version`` (default: installed) needs the bf16 dot patch."""
-    v = triton_version(version)
-    return v in BF16_DOT_BROKEN or v > _LAST_MEASURED
+    return INTERPRETER_BF16_DOT.affects(version)
 
 
 def patch_bf16_dot() -> None:

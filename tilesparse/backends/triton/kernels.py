@@ -29,11 +29,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .versions import CARRIED_SCALAR_FOLDED
+
 # must match tilesparse.ir.semantics.KEY_SENTINEL (op.py checks it at import)
 KEY_SENTINEL = tl.constexpr(1 << 30)
 
 # per-step sizes are runtime values; keep Triton from specializing on their divisibility
 _RUNTIME = ["seqlen", "seqlen_k", "n_blocks", "n_heads_g", "k_group", "v_group"]
+
+# carry the previous segment's end through the segment loop, except on the Triton releases whose
+# compiler folds that carried scalar to its initial value (see _tiles)
+CARRY_PREV_HI = tl.constexpr(not CARRIED_SCALAR_FOLDED.affects())
 
 
 @triton.jit
@@ -74,17 +80,18 @@ def _segments(NSEG, RANGES, pid_bh, n_blocks, block, MAX_SEG: tl.constexpr):
 
 
 @triton.jit
-def _tiles(rng, s, BLOCK: tl.constexpr, SINGLE_LOOP: tl.constexpr):
+def _tiles(rng, s, BLOCK: tl.constexpr, SINGLE_LOOP: tl.constexpr, prev_hi):
     """Segment s's row range (lo, full_lo, full_hi, hi) as tiles BLOCK wide: visit [lo, hi),
     unmasked [f0, f1); a tile the previous segment visited is skipped. With SINGLE_LOOP every
     tile is masked (f0 = f1 = hi): one pipelined loop over the segment (short segments).
 
     Segments' row ranges increase (buckets are sorted), so the previous segment ends at its
-    own hi. It is read back from memory rather than carried through the segment loop: Triton
-    3.6's RemoveLayoutConversions pass replaces a scalar loop-carried value of that loop with
-    its initial value (the interpreter does not), which would visit shared tiles twice.
+    own hi, ``prev_hi`` as the segment loop carries it. Where the compiler folds that carried
+    scalar to its initial value (Triton 3.6 and 3.7, versions.CARRIED_SCALAR_FOLDED; the
+    interpreter does not), which would visit shared tiles twice, it is read back from memory.
     """
-    prev_hi = tl.cdiv(tl.load(rng + s * 4 - 1, mask=s > 0, other=0), BLOCK)
+    if not CARRY_PREV_HI:
+        prev_hi = tl.cdiv(tl.load(rng + s * 4 - 1, mask=s > 0, other=0), BLOCK)
     lo_r = tl.load(rng + s * 4)
     flo_r = tl.load(rng + s * 4 + 1)
     fhi_r = tl.load(rng + s * 4 + 2)
@@ -235,8 +242,11 @@ def _attn_fwd(Q, K, V, O, LSE,
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     nseg, rng = _segments(NSEG, RANGES, pid_bh, n_blocks, pid_m, MAX_SEG)
     k_order, k_posp, k_bktp = _key_layout(K_ORDER, K_POS, K_BKT, pid_bh, seqlen_k)
+    prev_hi = 0
     for s in range(nseg):
-        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP)
+        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP, prev_hi)
+        if CARRY_PREV_HI:
+            prev_hi = hi
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                         k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
                                         BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
@@ -359,8 +369,11 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
     q_bktp = Q_BKT + row_base
     lsep = LSE + row_base
     deltap = DELTA + row_base
+    prev_hi = 0
     for s in range(nseg):
-        lo, f0, f1, hi = _tiles(rng, s, BLOCK_M, SINGLE_LOOP)
+        lo, f0, f1, hi = _tiles(rng, s, BLOCK_M, SINGLE_LOOP, prev_hi)
+        if CARRY_PREV_HI:
+            prev_hi = hi
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                       q_order, q_posp, q_bktp, lsep, deltap, lo, f0, qk_scale, seqlen,
                                       offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
@@ -471,8 +484,11 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     nseg, rng = _segments(NSEG, RANGES, pid_bh, n_blocks, pid_m, MAX_SEG)
     k_order, k_posp, k_bktp = _key_layout(K_ORDER, K_POS, K_BKT, pid_bh, seqlen_k)
+    prev_hi = 0
     for s in range(nseg):
-        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP)
+        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP, prev_hi)
+        if CARRY_PREV_HI:
+            prev_hi = hi
         dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                 k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
                                 BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)

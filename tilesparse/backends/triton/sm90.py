@@ -260,22 +260,54 @@ def compile_index_kernel(name: str, constexprs: dict):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=3))
 
 
-def main() -> None:
+def spill_tables(rows: list[dict]) -> str:
+    """The variants that spill inside their loops, as the two tables of
+    tests/backends/triton/test_compile_sm90.py: (kernel, dtype, head dim, gqa) -> the most
+    in-loop spills over its flag variants, for the unchanged then the sanitizing variants."""
+    out = []
+    for sanitize in (False, True):
+        most: dict[tuple, int] = {}
+        for r in rows:
+            if "head_dim" in r and r["sanitize"] == sanitize and r["loop_spills"] > 0:
+                key = (r["kernel"], r["dtype"], r["head_dim"], r["gqa"])
+                most[key] = max(most.get(key, 0), r["loop_spills"])
+        out.append("sanitizing variants:" if sanitize else "unchanged variants:")
+        out += [f'    ("{k}", {d}, {h}, {g}): {n},' for (k, d, h, g), n in most.items()]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
     """Compile every variant and print one JSON line per variant (run without the interpreter:
-    ``TRITON_INTERPRET=0 python -m tilesparse.backends.triton.sm90``)."""
+    ``TRITON_INTERPRET=0 python -m tilesparse.backends.triton.sm90``); ``--spill-tables`` prints
+    the variants that spill, as the compile test's tables, instead."""
+    import argparse
     import json
 
     from .op import interpreting
 
+    parser = argparse.ArgumentParser(prog="python -m tilesparse.backends.triton.sm90", description=main.__doc__)
+    parser.add_argument("--spill-tables", action="store_true", help="print the compile test's spill tables")
+    args = parser.parse_args(argv)
     if interpreting():
         raise SystemExit("unset TRITON_INTERPRET: the interpreter cannot compile kernels for the GPU")
+    rows = []
     for v in variants():
         r = report(compile_variant(v))
-        row = dict(variant=str(v), kernel=v.kernel, dtype=str(v.dtype), head_dim=v.head_dim, gqa=v.gqa)
-        print(json.dumps({**row, **r.__dict__}), flush=True)
+        row = dict(variant=str(v), kernel=v.kernel, dtype=str(v.dtype), head_dim=v.head_dim, gqa=v.gqa,
+                   sanitize=v.sanitize)  # fmt: skip
+        rows.append({**row, **r.__dict__})
+        if not args.spill_tables:
+            print(json.dumps(rows[-1]), flush=True)
     for name, const in index_variants():
         r = report(compile_index_kernel(name, const))
-        print(json.dumps({"variant": f"index {name} {const}", "kernel": name, **r.__dict__}), flush=True)
+        rows.append({"variant": f"index {name} {const}", "kernel": name, **r.__dict__})
+        if not args.spill_tables:
+            print(json.dumps(rows[-1]), flush=True)
+    if args.spill_tables:
+        import triton
+
+        print(f"in-loop spills, Triton {triton.__version__}")
+        print(spill_tables(rows))
 
 
 if __name__ == "__main__":

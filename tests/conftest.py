@@ -24,10 +24,9 @@ def pytest_configure(config):
         return
     import numpy as np
 
-    from tilesparse.backends.triton.versions import INTERPRETER_NUMPY_2_4, installed_triton
+    from tilesparse.backends.triton.versions import INTERPRETER_NUMPY_2_4, installed_triton, release
 
-    numpy_release = tuple(int(p) for p in np.__version__.split(".")[:2])
-    if numpy_release >= (2, 4) and INTERPRETER_NUMPY_2_4.affects():
+    if release(np.__version__) >= (2, 4) and INTERPRETER_NUMPY_2_4.affects():
         major, minor = installed_triton()
         raise pytest.UsageError(
             f"Triton {major}.{minor} with numpy {np.__version__}: {INTERPRETER_NUMPY_2_4.what}; "

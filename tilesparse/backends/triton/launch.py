@@ -33,6 +33,8 @@ import torch
 import triton
 from torch import Tensor
 
+from .versions import installed_triton
+
 __all__ = ["LEAN_TRITON", "LeanKernel", "arg_key", "lean", "lean_supported", "normal_launches"]
 
 # (major, minor) of the Triton releases whose JITFunction.run / CompiledKernel.run this path
@@ -44,14 +46,9 @@ _NORMAL = [False]  # normal_launches() in force
 _I64_MAX = 2**63 - 1
 
 
-def _triton_version() -> tuple[int, int]:
-    major, minor = triton.__version__.split(".")[:2]
-    return int(major), int(minor)
-
-
 def lean_supported(version: tuple[int, int] | None = None) -> bool:
     """Whether this Triton's launch internals are the ones the lean path was checked against."""
-    return (version or _triton_version()) in LEAN_TRITON
+    return (version or installed_triton()) in LEAN_TRITON
 
 
 def _int_key(a: int) -> int:

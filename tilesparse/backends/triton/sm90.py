@@ -291,18 +291,19 @@ def main(argv: list[str] | None = None) -> None:
     if interpreting():
         raise SystemExit("unset TRITON_INTERPRET: the interpreter cannot compile kernels for the GPU")
     rows = []
+
+    def add(row: dict) -> None:
+        rows.append(row)
+        if not args.spill_tables:
+            print(json.dumps(row), flush=True)
+
     for v in variants():
         r = report(compile_variant(v))
-        row = dict(variant=str(v), kernel=v.kernel, dtype=str(v.dtype), head_dim=v.head_dim, gqa=v.gqa,
-                   sanitize=v.sanitize)  # fmt: skip
-        rows.append({**row, **r.__dict__})
-        if not args.spill_tables:
-            print(json.dumps(rows[-1]), flush=True)
+        add(dict(variant=str(v), kernel=v.kernel, dtype=str(v.dtype), head_dim=v.head_dim, gqa=v.gqa,
+                 sanitize=v.sanitize, **r.__dict__))  # fmt: skip
     for name, const in index_variants():
         r = report(compile_index_kernel(name, const))
-        rows.append({"variant": f"index {name} {const}", "kernel": name, **r.__dict__})
-        if not args.spill_tables:
-            print(json.dumps(rows[-1]), flush=True)
+        add({"variant": f"index {name} {const}", "kernel": name, **r.__dict__})
     if args.spill_tables:
         import triton
 

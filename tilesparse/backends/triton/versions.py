@@ -26,6 +26,7 @@ __all__ = [
     "INTERPRETER_NUMPY_2_4",
     "Defect",
     "installed_triton",
+    "nearest_measured",
     "release",
 ]
 
@@ -55,8 +56,15 @@ class Defect:
     def affects(self, version: str | tuple[int, int] | None = None) -> bool:
         """Whether Triton ``version`` (default: the installed one) has this defect."""
         v = installed_triton() if version is None else release(version) if isinstance(version, str) else version
-        measured_below = [m for m in self.broken | self.fixed if m <= v]
-        return not measured_below or max(measured_below) in self.broken
+        nearest = nearest_measured(v, self.broken | self.fixed)
+        return nearest is None or nearest in self.broken
+
+
+def nearest_measured(version: tuple[int, int], measured) -> tuple[int, int] | None:
+    """The release among ``measured`` that ``version`` is taken to behave like: the nearest one
+    at or below it (None when every measured release is newer)."""
+    below = [m for m in measured if m <= version]
+    return max(below) if below else None
 
 
 # measured with a 16x16 bf16 dot in the interpreter on 3.6.0, 3.7.1 and 3.9.0

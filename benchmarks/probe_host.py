@@ -17,9 +17,13 @@ microseconds. Stages, in the order a call runs them:
   with decisions made, each host-only (``*_host``: no synchronize inside the loop) and
   synchronized (``*_sync``: a synchronize after every call); ``call_*_normal_host``: the same
   with every kernel through Triton's ``kernel[grid]`` (the lean launch path switched off);
-- ``launches_fwd`` / ``launches_fwd_bwd``: Triton kernel launches per call (decisions given).
+- ``launches_fwd`` / ``launches_fwd_bwd``: Triton kernel launches per call (decisions given);
+- ``graphed_fwd_*`` / ``graphed_fwd_bwd_*`` (GPU, ``--graphed``): the call replayed from CUDA
+  graphs made by ``torch.cuda.make_graphed_callables`` (forward and backward captured once,
+  decisions given; a call copies new q, k, v in and replays), and ``graphed_max_err``, its
+  difference from the eager call.
 
-SDPA's forward and forward+backward are measured for scale. Shapes: B=1, H=16, D=64, T=4096
+SDPA's forward and forward+backward are measured for scale (eager and graphed). Shapes: B=1, H=16, D=64, T=4096
 and B=1, H=32, Hkv=8, D=128, T=4096 (bf16, causal); ``--shapes`` takes others as BxHxHkvxDxT.
 
 On the GPU (what the figures are for):
@@ -214,6 +218,30 @@ def probe_pattern(name, spec, shape, args, device, counter) -> dict:
             rows["call_fwd_bwd_normal_host"] = t(fwd_bwd)
     rows["launches_fwd"] = counter.per_call(fwd, device)
     rows["launches_fwd_bwd"] = counter.per_call(fwd_bwd, device)
+    if args.graphed and device.type == "cuda":
+        try:
+            rows.update(probe_graphed(attn, q, k, v, given, go, device, calls))
+        except Exception as e:  # noqa: BLE001 - recorded in the JSON, the other rows still count
+            rows["graphed_error"] = f"{type(e).__name__}: {e}"[:500]
+    return rows
+
+
+def probe_graphed(attn, q, k, v, dec, go, device, calls) -> dict:
+    """The same call replayed from CUDA graphs: ``torch.cuda.make_graphed_callables`` captures
+    the op's forward and backward once (decisions given: ``dec``, checked on the device), and
+    each call copies new q, k, v into the captured tensors and replays. ``graphed_*_host`` /
+    ``_sync`` as for the eager call; ``graphed_max_err``: the largest difference of the
+    replayed output and gradients from the eager call's (zero when the replay is exact)."""
+    graphed = torch.cuda.make_graphed_callables(lambda q_, k_, v_: attn(q_, k_, v_, decisions=dec), (q, k, v))
+    fresh = tuple(t.detach().clone().requires_grad_(True) for t in (q, k, v))  # a step's new tensors
+    fwd = lambda: graphed(*fresh)  # noqa: E731
+    fwd_bwd = lambda: torch.autograd.grad(graphed(*fresh), fresh, go)  # noqa: E731
+    want = (attn(*fresh, decisions=dec), *torch.autograd.grad(attn(*fresh, decisions=dec), fresh, go))
+    got = (graphed(*fresh).detach().clone(), *fwd_bwd())
+    rows = {"graphed_max_err": max((a.float() - b.float()).abs().max().item() for a, b in zip(got, want, strict=True))}
+    for label, fn in (("graphed_fwd", fwd), ("graphed_fwd_bwd", fwd_bwd)):
+        rows[f"{label}_host"] = host_us(fn, calls, device)
+        rows[f"{label}_sync"] = host_us(fn, calls, device, sync_each=True)
     return rows
 
 
@@ -223,14 +251,19 @@ def probe_sdpa(shape, args, device) -> dict:
     k, v = (torch.randn((B, Hkv, T, D), device=device, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
     go = torch.randn_like(q)
     gqa = dict(enable_gqa=True) if H != Hkv else {}
-    fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)  # noqa: E731
-    fwd_bwd = lambda: torch.autograd.grad(fwd(), (q, k, v), go)  # noqa: E731
-    return {
-        "call_fwd_host": host_us(fwd, args.calls, device),
-        "call_fwd_sync": host_us(fwd, args.calls, device, sync_each=True),
-        "call_fwd_bwd_host": host_us(fwd_bwd, args.calls, device),
-        "call_fwd_bwd_sync": host_us(fwd_bwd, args.calls, device, sync_each=True),
-    }
+    sdpa = lambda q_, k_, v_: F.scaled_dot_product_attention(q_, k_, v_, is_causal=True, **gqa)  # noqa: E731
+    rows = {}
+    graphed = torch.cuda.make_graphed_callables(sdpa, (q, k, v)) if args.graphed else None
+    fresh = tuple(t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    for label, fn in (("call", sdpa), ("graphed", graphed)):
+        if fn is None:
+            continue
+        fwd = lambda fn=fn: fn(*fresh)  # noqa: E731
+        fwd_bwd = lambda fn=fn: torch.autograd.grad(fn(*fresh), fresh, go)  # noqa: E731
+        for part, f in (("fwd", fwd), ("fwd_bwd", fwd_bwd)):
+            rows[f"{label}_{part}_host"] = host_us(f, args.calls, device)
+            rows[f"{label}_{part}_sync"] = host_us(f, args.calls, device, sync_each=True)
+    return rows
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -248,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated BxHxHkvxDxT")
     ap.add_argument("--patterns", default=",".join(PATTERNS), help=f"comma-separated, from {','.join(PATTERNS)}")
     ap.add_argument("--stat", default="mean", choices=("mean", "median"))
+    ap.add_argument("--graphed", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time the call replayed from CUDA graphs (torch.cuda.make_graphed_callables; GPU only)")
     ap.add_argument("--stub-kernels", action=argparse.BooleanOptionalAction, default=None,
                     help="launch no kernel, count launches (TRITON_INTERPRET=1 only; default on with --device cpu)")
     args = ap.parse_args(argv)
@@ -273,11 +308,11 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 rows = probe_pattern(name, PATTERNS[name], shape, args, device, counter)
                 results.append({"shape": label, "pattern": name, **rows})
-                print(label, name, {k: round(v, 1) for k, v in rows.items()}, flush=True)
+                print(label, name, {k: round(v, 1) if isinstance(v, float) else v for k, v in rows.items()}, flush=True)
             if device.type == "cuda":
                 rows = probe_sdpa(shape, args, device)
                 results.append({"shape": label, "pattern": "sdpa", **rows})
-                print(label, "sdpa", {k: round(v, 1) for k, v in rows.items()}, flush=True)
+                print(label, "sdpa", {k: round(v, 1) if isinstance(v, float) else v for k, v in rows.items()}, flush=True)
     meta = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__,

@@ -10,6 +10,7 @@ import torch
 
 import tilesparse as ts
 from tilesparse.backends.triton.op import compiled_kernel_count
+from tilesparse.ir import check_inputs
 from tilesparse.planner import CostTable
 from tilesparse.planner import plan as plan_module
 from tilesparse.testing import AttentionBlock, assert_equivalent
@@ -191,3 +192,20 @@ def test_decide_hashes_the_lsh_buckets_with_the_cupy_builder_on_cuda():
     assert qb.dtype == torch.int32 and int(qb.max()) < 16 and int(qb.min()) >= 0
     cq, ck = get_criterion("lsh")(q, k, buckets=16, generator=torch.Generator(DEVICE).manual_seed(1))
     assert torch.equal(cq, wq) and torch.equal(ck, wk)
+
+
+def test_groups_whose_backends_want_different_tiles_run_exactly():
+    # the property run's case: at D=256 in fp32 Triton reads 32x32 tiles and the CuPy feature
+    # kernels 64x64, and the dense heads and the feature-sparse rest share one index tile size
+    rest = ts.Hybrid(parts=[ts.QKDrop(keep=0.5), ts.Hash(buckets=64, attend_self=False), ts.TopKFeatures(k=32)])
+    spec = ts.PerHead(dense_heads=[0, 1, 2, 3, 4, 6], rest=rest)
+    g = torch.Generator(DEVICE).manual_seed(3270327)
+    q = torch.randn((1, 8, 7791, 256), generator=g, device=DEVICE).requires_grad_()
+    k, v = (torch.randn((1, 2, 7791, 256), generator=g, device=DEVICE).requires_grad_() for _ in range(2))
+    attn = ts.compile(spec, causal=False)
+    plan = attn.plan(q, k, v)
+    print(attn.explain(q, k, v))
+    inputs = check_inputs(q, k, v, scale=attn.scale)
+    tiles = (plan.program.block_q, plan.program.block_k)
+    assert all(a.backend.blocks(inputs) == tiles for a in plan.assignments if a.backend.needs_prepare)
+    assert_equivalent(attn, q, k, v, decisions=attn.decide(q, k), atol=2e-3)

@@ -18,7 +18,7 @@ import torch
 import tilesparse as ts
 from tilesparse.backends import BUILDERS, REGISTRY, Backend, HashingBuilder
 from tilesparse.backends.base import select_heads
-from tilesparse.ir import check_inputs, lower
+from tilesparse.ir import DotScore, check_inputs, lower
 from tilesparse.planner import CostTable, make_plan
 from tilesparse.patterns import criteria
 from tilesparse.planner import plan as plan_module
@@ -422,3 +422,39 @@ def test_the_call_executes_the_plans_steps_in_a_graph_order(spec, backend, monke
     ran.clear()
     attn.prepare(q, k, v, decisions=dec)
     assert ran == [s for s in steps if s.kind in ("decide", "index")]
+
+
+class _Tiles32Backend(Backend):
+    """A backend whose kernels read 32x32 tiles and run dot-product scores only (as Triton's
+    fp32 D=256 tiles beside the CuPy feature kernels' 64x64); it attends through the executor."""
+
+    NAME = "test-tiles32"
+
+    def _reasons(self, group, inputs):
+        return [] if isinstance(group.score, DotScore) else ["dot-product scores only"]
+
+    def blocks(self, inputs):
+        return 32, 32
+
+    def attend(self, g, inputs):
+        return REGISTRY["executor"].attend(g, inputs)
+
+
+def test_the_groups_of_a_plan_share_one_tile_size(monkeypatch):
+    # the cheapest backend of the dense heads wants 32x32 tiles, the feature-sparse rest's only
+    # backends 64x64: the index tensors have one size, so the plan that runs every group at one
+    # size is kept, and the refused backend says why
+    monkeypatch.setitem(REGISTRY, _Tiles32Backend.NAME, _Tiles32Backend())
+    costs = {"test-tiles32": entry(0.0, 0.001, skips=True), "executor": entry(0.0, 0.01, skips=True)}
+    monkeypatch.setattr(plan_module, "default_costs", lambda: table(costs))
+    spec = ts.PerHead(dense_heads=[0], rest=ts.TopKFeatures(k=4))
+    plan = plan_of(spec, costs, T=256, D=16)
+    assert backends_of(plan) == ["executor", "executor"]
+    assert (plan.program.block_q, plan.program.block_k) == (64, 64)
+    assert "its kernels need 32x32 tiles; this plan's index tensors are built for 64x64" in plan.describe()
+    # alone, the dense heads still get the 32x32 backend
+    assert backends_of(plan_of(ts.QKDrop(keep=0.5), costs, T=256, D=16)) == ["test-tiles32"]
+    attn = ts.compile(spec)
+    q, k, v = (torch.randn(1, 3, 100, 16, requires_grad=True) for _ in range(3))
+    assert {a.backend.NAME for a in attn.plan(q, k, v).assignments} == {"executor"}
+    assert_equivalent(attn, q, k, v, decisions=attn.decide(q, k, generator=torch.Generator().manual_seed(1)))

@@ -224,13 +224,22 @@ def _choose(
     backend: str,
     costs: CostTable,
     visited: float | None = None,
+    blocks: tuple[int, int] | None = None,
 ) -> _Choice:
-    """Every candidate's reasons or price; ``visited`` overrides the spec's estimate."""
+    """Every candidate's reasons or price; ``visited`` overrides the spec's estimate; ``blocks``:
+    the tile size of the program's index tensors (one per plan), which a backend reading index
+    tensors must use."""
     names = tuple(REGISTRY) if backend == "auto" else (backend,)
     shape = shape_of(inputs, len(heads), group.causal is not None)
     refused, priced, splits, fractions = [], [], {}, {}
     for name in names:
         reasons = _reasons(name, group, inputs)
+        if blocks is not None and name in REGISTRY and REGISTRY[name].needs_prepare:
+            if (own := REGISTRY[name].blocks(inputs)) != blocks:
+                reasons.append(
+                    f"its kernels need {own[0]}x{own[1]} tiles; this plan's index tensors are built for "
+                    f"{blocks[0]}x{blocks[1]} (another head group's backend needs them)"
+                )
         entry = costs.entry(inputs.device.type, name)
         if backend == "auto" and entry is None:
             reasons.append(
@@ -271,6 +280,32 @@ def _dense_note(group: HeadGroup, heads, inputs, chosen: tuple[str, float], cost
     )
 
 
+def _assign(
+    program: Program, inputs: AttentionInputs, backend: str, costs: CostTable, blocks: tuple[int, int] | None = None
+) -> tuple[list[Assignment], list[HeadGroup]]:
+    """Every head group's cheapest backend (with ``blocks``: among those that read index
+    tensors of that tile size, or none), and the groups as simplified."""
+    assignments, groups = [], []
+    for lowered, heads in zip(program.groups, resolve_heads(program, inputs.heads), strict=True):
+        group, why = simplify(lowered, inputs.head_dim)
+        groups.append(group)
+        if not heads:
+            continue
+        c = _choose(group, tuple(heads), inputs, backend, costs, blocks=blocks)
+        if c.backend is None:
+            detail = "\n".join(f"  {line}" for line in format_refusals(c.refused))
+            what = "no backend can" if backend == "auto" else f"backend {backend!r} cannot"
+            raise NoBackendError(f"{what} run head group {group.describe()}:\n{detail}")
+        notes = [f"simplified exactly from {lowered.describe()}: {why}"] if why else []
+        if backend == "auto" and (note := _dense_note(group, tuple(heads), inputs, c.priced[0], costs)):
+            notes.append(note)
+        assignments.append(
+            Assignment(group, tuple(heads), c.backend, c.refused, c.priced, c.visited, tuple(notes),
+                       lowered if why else None, c.split)
+        )  # fmt: skip
+    return assignments, groups
+
+
 def make_plan(
     program: Program,
     inputs: AttentionInputs,
@@ -284,24 +319,23 @@ def make_plan(
     every group whose backend reads index tensors, and build the stage graph. ``lsh_decide``: the op's decisions
     include buckets of the built-in ``lsh`` criterion (a builder may hash them itself)."""
     costs = costs or default_costs()
-    assignments, groups = [], []
-    for lowered, heads in zip(program.groups, resolve_heads(program, inputs.heads), strict=True):
-        group, why = simplify(lowered, inputs.head_dim)
-        groups.append(group)
-        if not heads:
-            continue
-        c = _choose(group, tuple(heads), inputs, backend, costs)
-        if c.backend is None:
-            detail = "\n".join(f"  {line}" for line in format_refusals(c.refused))
-            what = "no backend can" if backend == "auto" else f"backend {backend!r} cannot"
-            raise NoBackendError(f"{what} run head group {group.describe()}:\n{detail}")
-        notes = [f"simplified exactly from {lowered.describe()}: {why}"] if why else []
-        if backend == "auto" and (note := _dense_note(group, tuple(heads), inputs, c.priced[0], costs)):
-            notes.append(note)
-        assignments.append(
-            Assignment(group, tuple(heads), c.backend, c.refused, c.priced, c.visited, tuple(notes),
-                       lowered if why else None, c.split)
-        )  # fmt: skip
+    assignments, groups = _assign(program, inputs, backend, costs)
+    # the index tensors have one tile size per program: where the cheapest backends of two
+    # groups want different ones, every wanted size is tried as a constraint on all groups and
+    # the cheapest plan that runs them all is kept
+    wanted = list(dict.fromkeys(a.backend.blocks(inputs) for a in assignments if a.backend.needs_prepare))
+    if len(wanted) > 1:
+        options, errors = [], []
+        for blocks in wanted:
+            try:
+                options.append(_assign(program, inputs, backend, costs, blocks))
+            except NoBackendError as e:
+                errors.append(str(e))
+        if not options:
+            sizes = ", ".join(f"{bq}x{bk}" for bq, bk in wanted)
+            raise NoBackendError(f"the head groups' backends need different tiles ({sizes}) and no one size runs "
+                                 "every group:\n" + "\n".join(errors))  # fmt: skip
+        assignments, groups = min(options, key=lambda o: plan_ms(o[0]))
     fused = _fuse_dense_heads(assignments, inputs, backend, costs)
     if fused is not None:
         assignments = [fused]

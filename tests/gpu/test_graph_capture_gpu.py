@@ -8,6 +8,8 @@ For every built-in pattern (backend="auto": SDPA for dense groups, Triton for sp
   new q, k, v, output gradient and new decisions are copied into its static tensors, it gives
   the eager result (output and the three gradients), twice in a row;
 - a packed call (key padding, document ids with ``max_documents``) does not sync either;
+- ``torch.cuda.make_graphed_callables`` over the op (the README's recipe for host-bound
+  steps) replays the eager call with new q, k, v and decisions copied in, forward and backward;
 - a bad bucket id still raises a clear ``ValueError``: at the op's next eager call, and, inside
   a replayed graph, from ``tilesparse.check_errors()``; the call that received it returns NaN;
 - ``torch.compile(mode="reduce-overhead")`` (inductor with CUDA graph trees) runs a small
@@ -155,6 +157,32 @@ def test_a_captured_call_replays_the_eager_one_with_new_inputs_and_decisions(nam
         got, got_grads = captured.replay(q, k, v, dec, grad)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
         for g, w in zip(got_grads, want_grads, strict=True):  # SDPA's backward may use atomics
+            torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+    ts.check_errors()
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_make_graphed_callables_replays_the_eager_call(name):
+    """The README's recipe for host-bound steps: torch.cuda.make_graphed_callables over the op
+    with given decisions (copied into between steps), new q, k, v at every call."""
+    attn = ts.compile(SPECS[name])
+    q, k, v = (t.requires_grad_() for t in _qkv(0))
+    dec = _given(attn, q, k)
+    graphed = torch.cuda.make_graphed_callables(lambda q_, k_, v_: attn(q_, k_, v_, decisions=dec), (q, k, v))
+    for seed in (1, 2):
+        q, k, v = _qkv(seed)
+        new = _given(attn, q, k)
+        if dec is not None:
+            for field, t in new.items():
+                if t is not None:
+                    getattr(dec, field).copy_(t)
+        grad = torch.randn_like(q)
+        want, want_grads = _eager(attn, q, k, v, new, grad)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = graphed(*leaves)
+        out.backward(grad)
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        for g, w in zip((t.grad for t in leaves), want_grads, strict=True):  # SDPA's backward may use atomics
             torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
     ts.check_errors()
 

@@ -296,3 +296,18 @@ def test_spill_tables_keep_the_worst_flag_variant_per_key():
         "sanitizing variants:",
         '    ("dq", torch.bfloat16, 64, False): 7,',
     ]
+
+
+def test_candidate_variants_apply_the_override_to_each_kernel():
+    """``sm90 --configs`` compiles what a sweep would time: each kernel under the override, for
+    the hash and the drop flags, dK/dV also per query head; a field TileConfig lacks is refused."""
+    from tilesparse.backends.triton.sm90 import candidate_variants
+
+    vs = candidate_variants(128, torch.bfloat16, {"bwd_warps": 8, "dq_n": 64})
+    assert sorted((v.kernel, v.gqa, dict(v.flags)["SAME_BUCKET"]) for v in vs) == sorted(
+        (k, g, b) for b in (True, False) for k, g in (("fwd", False), ("dq", False), ("dkdv", False), ("dkdv", True))
+    )
+    assert {(v.cfg.bwd_warps, v.cfg.dq_n, v.cfg.fwd_n) for v in vs} == {(8, 64, 64)}
+    assert {v.launch() for v in vs if v.kernel == "dkdv"} == {(8, 3)}
+    with pytest.raises(TypeError, match="warp"):
+        candidate_variants(128, torch.bfloat16, {"warps": 8})

@@ -27,6 +27,7 @@ __all__ = [
     "Report",
     "Variant",
     "compile_index_kernel",
+    "candidate_variants",
     "compile_variant",
     "index_variants",
     "report",
@@ -218,6 +219,16 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
     return list(dict.fromkeys(out))
 
 
+def candidate_variants(head_dim: int, dtype: torch.dtype, override: dict) -> list[Variant]:
+    """Each kernel at one head dim and dtype under ``tile_config`` with ``override`` applied
+    (TileConfig fields), for a causal hash and a causal drop pattern, dK/dV also per query head
+    (grouped-query attention): the variants a tile-configuration sweep would time."""
+    cfg = replace(tile_config(head_dim, dtype, torch.device("cuda")), **override)
+    flag_sets = [dict(CAUSAL=True, STRICT=False, SAME_BUCKET=b, NOT_SELF=False) for b in (True, False)]
+    out = [Variant(kernel, dtype, head_dim, tuple(f.items()), cfg) for f in flag_sets for kernel in ("fwd", "dq", "dkdv")]
+    return out + [Variant("dkdv", dtype, head_dim, tuple(f.items()), cfg, gqa=True) for f in flag_sets]
+
+
 def index_variants() -> list[tuple[str, dict]]:
     """The index-building kernels (index.py) as (kernel name, constexprs): every switch and
     category padding from 2 (drop only) to 128 (64 buckets and dropped rows)."""
@@ -287,9 +298,22 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m tilesparse.backends.triton.sm90", description=main.__doc__)
     parser.add_argument("--spill-tables", action="store_true", help="print the compile test's spill tables")
+    parser.add_argument("--configs", metavar="JSON",
+                        help="instead: compile each kernel at --head-dim and --dtype under each TileConfig override of "
+                             "this JSON list (inline, or @FILE as benchmarks/sweep_kernels.py takes it), for the "
+                             "hash and the drop flags, and print one line per variant")  # fmt: skip
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES.values()))
     args = parser.parse_args(argv)
     if interpreting():
         raise SystemExit("unset TRITON_INTERPRET: the interpreter cannot compile kernels for the GPU")
+    if args.configs:
+        dtype = {name: t for t, name in _DTYPES.items()}[args.dtype]
+        text = Path(args.configs[1:]).read_text() if args.configs.startswith("@") else args.configs
+        for override in json.loads(text):
+            for v in candidate_variants(args.head_dim, dtype, override):
+                print(json.dumps(dict(config=override, variant=str(v), **report(compile_variant(v)).__dict__)), flush=True)
+        return
     rows = []
 
     def add(row: dict) -> None:

@@ -12,17 +12,22 @@ as a GPU would price them); the shipped table is checked in test_cost.py. CPU on
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tilesparse as ts
 from tilesparse.backends import BUILDERS, REGISTRY, Backend, HashingBuilder
 from tilesparse.backends.base import select_heads
-from tilesparse.ir import DotScore, check_inputs, lower
+from tilesparse.ir import DotScore, FeatureDotScore, check_inputs, lower
 from tilesparse.planner import CostTable, make_plan
 from tilesparse.patterns import criteria
 from tilesparse.planner import plan as plan_module
-from tilesparse.testing import assert_equivalent
+from tilesparse.planner.plan import NoBackendError
+from tilesparse.testing import assert_equivalent, specs
 
 
 def entry(fixed: float, per_unit_us: float, *, floor: float = 0.0, skips: bool = False) -> dict:
@@ -429,15 +434,25 @@ class _Tiles32Backend(Backend):
     fp32 D=256 tiles beside the CuPy feature kernels' 64x64); it attends through the executor."""
 
     NAME = "test-tiles32"
+    TILES = (32, 32)
+    SCORE = DotScore
 
     def _reasons(self, group, inputs):
-        return [] if isinstance(group.score, DotScore) else ["dot-product scores only"]
+        return [] if isinstance(group.score, self.SCORE) else [f"{self.SCORE.__name__} scores only"]
 
     def blocks(self, inputs):
-        return 32, 32
+        return self.TILES
 
     def attend(self, g, inputs):
         return REGISTRY["executor"].attend(g, inputs)
+
+
+class _Tiles16FeatureBackend(_Tiles32Backend):
+    """Feature-sparse scores only, on 16x32 tiles."""
+
+    NAME = "test-tiles16-feature"
+    TILES = (16, 32)
+    SCORE = FeatureDotScore
 
 
 def test_the_groups_of_a_plan_share_one_tile_size(monkeypatch):
@@ -458,3 +473,52 @@ def test_the_groups_of_a_plan_share_one_tile_size(monkeypatch):
     q, k, v = (torch.randn(1, 3, 100, 16, requires_grad=True) for _ in range(3))
     assert {a.backend.NAME for a in attn.plan(q, k, v).assignments} == {"executor"}
     assert_equivalent(attn, q, k, v, decisions=attn.decide(q, k, generator=torch.Generator().manual_seed(1)))
+
+
+_TILED = {b.NAME: b for b in (_Tiles32Backend(), _Tiles16FeatureBackend())}
+
+
+# two head groups as often as one: PerHead's dense heads beside a rest, often feature-sparse
+_MIXED = st.builds(
+    ts.PerHead,
+    dense_heads=st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True),
+    rest=specs(kinds=["topk_features", "hybrid", "hash", "qk_drop"], allow_per_head=False, max_buckets=4, max_k=4),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    spec=st.one_of(_MIXED, specs(heads=4, max_buckets=4, max_k=4)),
+    prices=st.fixed_dictionaries({n: st.sampled_from([0.001, 0.01, 0.1]) for n in ("executor", *_TILED)}),
+    fixed=st.booleans(),
+)
+def test_any_mix_of_tile_sizes_plans_one_size_or_refuses_clearly(spec, prices, fixed):
+    # backends wanting 64x64 (executor), 32x32 (dot scores) and 16x32 (feature scores) tiles,
+    # priced at random: a plan has one tile size that every backend reading index tensors
+    # uses, and runs exactly; or the planner refuses with a clear error
+    costs = {n: entry(0.0 if fixed else 0.05, per_unit, skips=True) for n, per_unit in prices.items()}
+    q, k, v = (torch.randn(1, 4, 40, 16, generator=torch.Generator().manual_seed(i)).requires_grad_() for i in range(3))
+    with mock.patch.dict(REGISTRY, _TILED), mock.patch.object(plan_module, "default_costs", lambda: table(costs)):
+        attn = ts.compile(spec)
+        try:
+            plan = attn.plan(q, k, v)
+        except NoBackendError as e:
+            assert "run head group" in str(e) or "need different tiles" in str(e), str(e)
+            return
+        inputs = check_inputs(q, k, v, scale=attn.scale)
+        tiles = {a.backend.blocks(inputs) for a in plan.assignments if a.backend.needs_prepare}
+        assert tiles <= {(plan.program.block_q, plan.program.block_k)}, plan.describe()
+        assert_equivalent(attn, q, k, v, decisions=attn.decide(q, k, generator=torch.Generator().manual_seed(3)))
+
+
+def test_a_tile_size_neither_cheapest_backend_wants_can_run_the_plan():
+    # the dense heads' cheapest backend wants 32x32, the feature-sparse rest's 16x32: neither
+    # size runs both groups, the executor's 64x64 does; without the executor nothing does
+    spec = ts.PerHead(dense_heads=[0], rest=ts.TopKFeatures(k=4))
+    cheap = {n: entry(0.0, 0.001, skips=True) for n in _TILED}
+    with mock.patch.dict(REGISTRY, _TILED):
+        plan = plan_of(spec, {**cheap, "executor": entry(0.0, 0.1, skips=True)}, T=256, D=16)
+        assert backends_of(plan) == ["executor", "executor"]
+        assert (plan.program.block_q, plan.program.block_k) == (64, 64)
+        with pytest.raises(NoBackendError, match=r"need different tiles and no one size \(32x32, 16x32, 64x64\)"):
+            plan_of(spec, cheap, T=256, D=16)

@@ -321,19 +321,21 @@ def make_plan(
     costs = costs or default_costs()
     assignments, groups = _assign(program, inputs, backend, costs)
     # the index tensors have one tile size per program: where the cheapest backends of two
-    # groups want different ones, every wanted size is tried as a constraint on all groups and
-    # the cheapest plan that runs them all is kept
+    # groups want different ones, every size a backend reading index tensors wants is tried as
+    # a constraint on all groups (those two first) and the cheapest plan that runs them all is kept
     wanted = list(dict.fromkeys(a.backend.blocks(inputs) for a in assignments if a.backend.needs_prepare))
     if len(wanted) > 1:
+        names = tuple(REGISTRY) if backend == "auto" else (backend,)
+        sizes = dict.fromkeys([*wanted, *(REGISTRY[n].blocks(inputs) for n in names if REGISTRY[n].needs_prepare)])
         options, errors = [], []
-        for blocks in wanted:
+        for blocks in sizes:
             try:
                 options.append(_assign(program, inputs, backend, costs, blocks))
             except NoBackendError as e:
                 errors.append(str(e))
         if not options:
-            sizes = ", ".join(f"{bq}x{bk}" for bq, bk in wanted)
-            raise NoBackendError(f"the head groups' backends need different tiles ({sizes}) and no one size runs "
+            tried = ", ".join(f"{bq}x{bk}" for bq, bk in sizes)
+            raise NoBackendError(f"the head groups' backends need different tiles and no one size ({tried}) runs "
                                  "every group:\n" + "\n".join(errors))  # fmt: skip
         assignments, groups = min(options, key=lambda o: plan_ms(o[0]))
     fused = _fuse_dense_heads(assignments, inputs, backend, costs)

@@ -26,6 +26,13 @@ with the fraction of causal tiles each visits.
     python benchmarks/bench_llama_step.py --out benchmarks/results/llama_step_h200.json      # GPU
     python benchmarks/bench_llama_step.py --smoke --out /tmp/llama_step_smoke.json            # CPU, tiny
 
+``--compile MODE`` runs every model's forward and loss through ``torch.compile`` (SDPA's and
+ours alike: the rest of the model gets faster too, so attention is a larger share of the step;
+``reduce-overhead`` also replays the step from CUDA graphs, which removes host time):
+
+    python benchmarks/bench_llama_step.py --compile reduce-overhead --skip-packed --out benchmarks/results/llama_step_ro_h200.json
+    python benchmarks/bench_llama_step.py --smoke --compile default --compile-backend aot_eager --out /tmp/s.json  # CPU
+
 Needs transformers (the ``transformers`` extra) and, on a GPU, Triton.
 """
 
@@ -95,13 +102,20 @@ def model_row(args, name: str, device: torch.device) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, args.vocab, (1, args.t), device=device, generator=torch.Generator(device).manual_seed(1))
 
+    forward = lambda: model(input_ids=ids, labels=ids).loss  # noqa: E731
+    if args.compile != "none":
+        mode = None if args.compile == "default" else args.compile
+        forward = torch.compile(forward, mode=mode, backend=args.compile_backend)
+
     def step():
-        loss = model(input_ids=ids, labels=ids).loss
+        if args.compile == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()  # a new iteration: the last one's buffers may be reused
+        loss = forward()
         loss.backward()
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=True)  # under CUDA graphs a kept .grad would be a graph output buffer
 
-    row = {"impl": name, **time_steps(step, device, args.warmup, args.steps)}
+    row = {"impl": name, "compile": args.compile, **time_steps(step, device, args.warmup, args.steps)}
     del model, opt
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -161,6 +175,11 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--docs", type=int, default=8)
     p.add_argument("--packed-t", type=int, default=32768)
+    p.add_argument("--compile", default="none", choices=("none", "default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+                   help="run each model's forward and loss through torch.compile in this mode, SDPA's as ours "
+                        "(the op-alone attention_ms stays eager)")  # fmt: skip
+    p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager for a CPU smoke run)")
+    p.add_argument("--skip-packed", action="store_true", help="leave out the packed-documents row")
     add_run_options(p, smoke_help="CPU, tiny: checks the script runs, measures nothing")
     args = p.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
@@ -176,6 +195,7 @@ def main(argv=None) -> int:
             "torch": torch.__version__, "tilesparse": ts.__version__, "dtype": str(args.dtype).removeprefix("torch."),
             "model": {k: getattr(args, k) for k in ("t", "layers", "width", "heads", "kv_heads", "intermediate", "vocab")},
             "warmup": args.warmup, "steps": args.steps, "smoke": args.smoke,
+            "compile": args.compile, "compile_backend": args.compile_backend if args.compile != "none" else None,
         },
         "rows": [],
     }  # fmt: skip
@@ -192,13 +212,14 @@ def main(argv=None) -> int:
     for r in results["rows"]:
         if sdpa and "step_ms_sync" in r:
             r["speedup_vs_sdpa"] = round(sdpa["step_ms_sync"] / r["step_ms_sync"], 3)
-    try:
-        results["packed"] = packed_documents(args, device)
-    except Exception as e:  # noqa: BLE001
-        results["packed"] = {"error": f"{type(e).__name__}: {e}"[:2000]}
-    print(results["packed"], flush=True)
+    if not args.skip_packed:
+        try:
+            results["packed"] = packed_documents(args, device)
+        except Exception as e:  # noqa: BLE001
+            results["packed"] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+        print(results["packed"], flush=True)
     out.write_text(json.dumps(results, indent=1))
-    return 1 if any("error" in r for r in results["rows"]) or "error" in results["packed"] else 0
+    return 1 if any("error" in r for r in results["rows"]) or "error" in results.get("packed", {}) else 0
 
 
 if __name__ == "__main__":

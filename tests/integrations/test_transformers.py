@@ -62,6 +62,25 @@ def test_dense_matches_sdpa_logits_and_gradients(arch):
         torch.testing.assert_close(p.grad, r.grad, atol=2e-5, rtol=1e-4, msg=lambda s, n=n: f"grad of {n}: {s}")
 
 
+def test_a_compiled_model_matches_eager():
+    """The model's forward and loss through torch.compile (what bench_llama_step.py --compile
+    times), the registered op inside the traced model: loss and gradients equal eager ones."""
+    register("ts-dense-compiled", ts.Dense(), backend="executor")
+    _, ours = _models("llama", "ts-dense-compiled")
+    ids, mask = _batch()
+    labels = ids.masked_fill(~mask.bool(), -100)
+    grads = []
+    for forward in (ours, torch.compile(ours, backend="aot_eager")):
+        ours.zero_grad(set_to_none=True)
+        loss = forward(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        grads.append((loss.detach(), [p.grad.clone() for p in ours.parameters()]))
+    (eager, eager_grads), (compiled, compiled_grads) = grads
+    torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+    for g, w in zip(compiled_grads, eager_grads, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("use_cache", [False, True])
 def test_greedy_generate_matches_sdpa(use_cache):
     """With the cache, each step is the op with one query against the cached keys (Tq < Tk)."""

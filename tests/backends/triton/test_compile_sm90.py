@@ -14,7 +14,7 @@ versions.py does for defects): a compiler that spills more fails until its table
 when a compiler pass drops the segment loop's skip of tiles the previous segment visited (see
 kernels._tiles and versions.CARRIED_SCALAR_FOLDED), and when the gathered tile loads of the
 16-bit kernels are not software-pipelined (cp.async). The index-building kernels (index.py)
-must compile without in-loop spills too. ~4 minutes on 2 cores (Triton caches builds under
+must compile without in-loop spills too. ~5-6 minutes on 2 cores (Triton caches builds under
 build/triton-cache).
 """
 
@@ -28,11 +28,13 @@ import sys
 import pytest
 import torch
 
-from tilesparse.backends.triton.sm90 import SHARED_LIMIT, index_variants, variants
+from tilesparse.backends.triton.sm90 import DROP_CAUSAL, SHARED_LIMIT, index_variants, variants
 from tilesparse.backends.triton.versions import installed_triton, nearest_measured
 
 # Triton release -> (kernel, dtype, head dim, gqa) -> the most in-loop LDL/STL over its flag
-# variants. Each table is the output of
+# variants; a causal drop pattern's variants at D >= 128 (16-bit: the QKDrop rows the benchmarks
+# time) are keyed (kernel, dtype, head dim, gqa, "drop"), added on 2026-12-01 with the counts of
+# that day, so that the hash variants keep theirs. Each table is the output of
 #   TRITON_INTERPRET=0 python -m tilesparse.backends.triton.sm90 --spill-tables
 # with that release installed: every variant of sm90.variants() compiled for sm_90 by Triton's
 # own ptxas, its SASS read by sm90._loop_spills (LDL/STL between a backward branch's target and
@@ -71,6 +73,19 @@ _SPILLS_3_6 = {
     ("dq", torch.float32, 256, False): 11445,
     ("dkdv", torch.float32, 256, False): 15095,  # +5 with the key-length argument (Tq <= Tk)
     ("dkdv", torch.float32, 256, True): 15095,
+    # a causal drop pattern's variants at D >= 128 (QKDrop's timed path), measured 2026-12-01
+    ("fwd", torch.float16, 128, False, "drop"): 87,
+    ("dq", torch.float16, 128, False, "drop"): 12,
+    ("dkdv", torch.float16, 128, False, "drop"): 84,
+    ("dkdv", torch.float16, 128, True, "drop"): 84,
+    ("dkdv", torch.float16, 256, False, "drop"): 28,
+    ("dkdv", torch.float16, 256, True, "drop"): 28,
+    ("fwd", torch.bfloat16, 128, False, "drop"): 87,
+    ("dq", torch.bfloat16, 128, False, "drop"): 12,
+    ("dkdv", torch.bfloat16, 128, False, "drop"): 84,
+    ("dkdv", torch.bfloat16, 128, True, "drop"): 84,
+    ("dkdv", torch.bfloat16, 256, False, "drop"): 28,
+    ("dkdv", torch.bfloat16, 256, True, "drop"): 28,
 }
 
 # The sanitizing variants (SANITIZE=True: launched only when the inputs hold an inf or NaN,
@@ -98,6 +113,23 @@ _SANITIZE_SPILLS_3_6 = {
     ("dkdv", torch.bfloat16, 256, True): 67,
     ("dkdv", torch.float16, 256, False): 67,
     ("dkdv", torch.float16, 256, True): 67,
+    # a causal drop pattern's variants at D >= 128 (QKDrop's timed path), measured 2026-12-01
+    ("fwd", torch.float16, 128, False, "drop"): 1031,
+    ("dq", torch.float16, 128, False, "drop"): 65,
+    ("dkdv", torch.float16, 128, False, "drop"): 550,
+    ("dkdv", torch.float16, 128, True, "drop"): 550,
+    ("fwd", torch.float16, 256, False, "drop"): 30,
+    ("dq", torch.float16, 256, False, "drop"): 78,
+    ("dkdv", torch.float16, 256, False, "drop"): 131,
+    ("dkdv", torch.float16, 256, True, "drop"): 131,
+    ("fwd", torch.bfloat16, 128, False, "drop"): 1031,
+    ("dq", torch.bfloat16, 128, False, "drop"): 65,
+    ("dkdv", torch.bfloat16, 128, False, "drop"): 550,
+    ("dkdv", torch.bfloat16, 128, True, "drop"): 550,
+    ("fwd", torch.bfloat16, 256, False, "drop"): 30,
+    ("dq", torch.bfloat16, 256, False, "drop"): 102,
+    ("dkdv", torch.bfloat16, 256, False, "drop"): 126,
+    ("dkdv", torch.bfloat16, 256, True, "drop"): 126,
 }
 
 # Triton 3.7.1: the unchanged variants that spill are those that spill with 3.6, the counts
@@ -127,6 +159,21 @@ _SPILLS_3_7 = {
     # +152 and +77 when the GQA group became a runtime argument (fp32 D=256: not a timed path)
     ("dkdv", torch.float32, 256, False): 14836,
     ("dkdv", torch.float32, 256, True): 14836,
+    # a causal drop pattern's variants at D >= 128 (QKDrop's timed path), measured 2026-12-01
+    ("fwd", torch.float16, 128, False, "drop"): 92,
+    ("dq", torch.float16, 128, False, "drop"): 12,
+    ("dkdv", torch.float16, 128, False, "drop"): 62,
+    ("dkdv", torch.float16, 128, True, "drop"): 62,
+    ("dq", torch.float16, 256, False, "drop"): 2,
+    ("dkdv", torch.float16, 256, False, "drop"): 28,
+    ("dkdv", torch.float16, 256, True, "drop"): 28,
+    ("fwd", torch.bfloat16, 128, False, "drop"): 92,
+    ("dq", torch.bfloat16, 128, False, "drop"): 12,
+    ("dkdv", torch.bfloat16, 128, False, "drop"): 62,
+    ("dkdv", torch.bfloat16, 128, True, "drop"): 62,
+    ("dq", torch.bfloat16, 256, False, "drop"): 2,
+    ("dkdv", torch.bfloat16, 256, False, "drop"): 28,
+    ("dkdv", torch.bfloat16, 256, True, "drop"): 28,
 }
 
 _SANITIZE_SPILLS_3_7 = {
@@ -152,6 +199,23 @@ _SANITIZE_SPILLS_3_7 = {
     ("dkdv", torch.bfloat16, 256, True): 76,
     ("dkdv", torch.float32, 64, False): 3,
     ("dkdv", torch.float32, 64, True): 4,
+    # a causal drop pattern's variants at D >= 128 (QKDrop's timed path), measured 2026-12-01
+    ("fwd", torch.float16, 128, False, "drop"): 832,
+    ("dq", torch.float16, 128, False, "drop"): 79,
+    ("dkdv", torch.float16, 128, False, "drop"): 529,
+    ("dkdv", torch.float16, 128, True, "drop"): 529,
+    ("fwd", torch.float16, 256, False, "drop"): 51,
+    ("dq", torch.float16, 256, False, "drop"): 120,
+    ("dkdv", torch.float16, 256, False, "drop"): 126,
+    ("dkdv", torch.float16, 256, True, "drop"): 126,
+    ("fwd", torch.bfloat16, 128, False, "drop"): 832,
+    ("dq", torch.bfloat16, 128, False, "drop"): 79,
+    ("dkdv", torch.bfloat16, 128, False, "drop"): 539,
+    ("dkdv", torch.bfloat16, 128, True, "drop"): 539,
+    ("fwd", torch.bfloat16, 256, False, "drop"): 51,
+    ("dq", torch.bfloat16, 256, False, "drop"): 120,
+    ("dkdv", torch.bfloat16, 256, False, "drop"): 126,
+    ("dkdv", torch.bfloat16, 256, True, "drop"): 126,
 }
 
 # Triton 3.9.0 (the newest release; torch 2.15's), measured on 2026-12-01 from the kernels with the
@@ -183,6 +247,23 @@ _SPILLS_3_9 = {
     ("dq", torch.float32, 256, False): 11374,
     ("dkdv", torch.float32, 256, False): 14777,
     ("dkdv", torch.float32, 256, True): 14777,
+    # a causal drop pattern's variants at D >= 128 (QKDrop's timed path), measured 2026-12-01
+    ("fwd", torch.float16, 128, False, "drop"): 232,
+    ("dq", torch.float16, 128, False, "drop"): 219,
+    ("dkdv", torch.float16, 128, False, "drop"): 159,
+    ("dkdv", torch.float16, 128, True, "drop"): 159,
+    ("fwd", torch.float16, 256, False, "drop"): 1,
+    ("dq", torch.float16, 256, False, "drop"): 79,
+    ("dkdv", torch.float16, 256, False, "drop"): 144,
+    ("dkdv", torch.float16, 256, True, "drop"): 142,
+    ("fwd", torch.bfloat16, 128, False, "drop"): 232,
+    ("dq", torch.bfloat16, 128, False, "drop"): 219,
+    ("dkdv", torch.bfloat16, 128, False, "drop"): 159,
+    ("dkdv", torch.bfloat16, 128, True, "drop"): 159,
+    ("fwd", torch.bfloat16, 256, False, "drop"): 1,
+    ("dq", torch.bfloat16, 256, False, "drop"): 79,
+    ("dkdv", torch.bfloat16, 256, False, "drop"): 144,
+    ("dkdv", torch.bfloat16, 256, True, "drop"): 142,
 }
 
 _SANITIZE_SPILLS_3_9 = {
@@ -208,6 +289,23 @@ _SANITIZE_SPILLS_3_9 = {
     ("dkdv", torch.bfloat16, 256, True): 106,
     ("dkdv", torch.float32, 64, False): 44,
     ("dkdv", torch.float32, 64, True): 44,
+    # a causal drop pattern's variants at D >= 128 (QKDrop's timed path), measured 2026-12-01
+    ("fwd", torch.float16, 128, False, "drop"): 970,
+    ("dq", torch.float16, 128, False, "drop"): 267,
+    ("dkdv", torch.float16, 128, False, "drop"): 409,
+    ("dkdv", torch.float16, 128, True, "drop"): 409,
+    ("fwd", torch.float16, 256, False, "drop"): 83,
+    ("dq", torch.float16, 256, False, "drop"): 431,
+    ("dkdv", torch.float16, 256, False, "drop"): 192,
+    ("dkdv", torch.float16, 256, True, "drop"): 192,
+    ("fwd", torch.bfloat16, 128, False, "drop"): 970,
+    ("dq", torch.bfloat16, 128, False, "drop"): 275,
+    ("dkdv", torch.bfloat16, 128, False, "drop"): 403,
+    ("dkdv", torch.bfloat16, 128, True, "drop"): 403,
+    ("fwd", torch.bfloat16, 256, False, "drop"): 83,
+    ("dq", torch.bfloat16, 256, False, "drop"): 431,
+    ("dkdv", torch.bfloat16, 256, False, "drop"): 192,
+    ("dkdv", torch.bfloat16, 256, True, "drop"): 192,
 }
 
 KNOWN_LOOP_SPILLS = {(3, 6): _SPILLS_3_6, (3, 7): _SPILLS_3_7, (3, 9): _SPILLS_3_9}
@@ -246,7 +344,7 @@ def test_variant_loop_spills(variant, reports):
     assert measured is not None, f"no spill table for Triton {installed_triton()} or older (tables: {sorted(tables)})"
     r = reports.get(str(variant))
     assert r is not None, f"{variant} was not compiled"
-    known = tables[measured].get((variant.kernel, variant.dtype, variant.head_dim, variant.gqa))
+    known = tables[measured].get(variant.table_key)
     spills = r["loop_spills"]
     if known is None:
         assert spills == 0, f"{variant}: {spills} spill loads/stores inside the tile loops ({r})"
@@ -287,15 +385,26 @@ def test_spill_tables_keep_the_worst_flag_variant_per_key():
         {**row, "loop_spills": 3},
         {**row, "loop_spills": 5},
         {**row, "head_dim": 128, "loop_spills": 0},
+        {**row, "head_dim": 128, "drop": True, "loop_spills": 2},
         {**row, "sanitize": True, "loop_spills": 7},
         {"variant": "index _sort_keys {}", "kernel": "_sort_keys", "loop_spills": 0},
     ]
     assert spill_tables(rows).splitlines() == [
         "unchanged variants:",
         '    ("dq", torch.bfloat16, 64, False): 5,',
+        '    ("dq", torch.bfloat16, 128, False, "drop"): 2,',
         "sanitizing variants:",
         '    ("dq", torch.bfloat16, 64, False): 7,',
     ]
+
+
+def test_drop_variants_at_large_head_dims_have_their_own_table_key():
+    """QKDrop's flags at D >= 128 (16-bit) are compiled beside the hash flags and held to counts
+    of their own, so the hash variants keep theirs."""
+    drop = [v for v in VARIANTS if v.flags == DROP_CAUSAL and v.head_dim >= 128]
+    assert {(v.dtype, v.head_dim) for v in drop} == {(t, d) for t in (torch.float16, torch.bfloat16) for d in (128, 256)}
+    assert all(v.table_key == (v.kernel, v.dtype, v.head_dim, v.gqa, "drop") for v in drop)
+    assert all(len(v.table_key) == 4 for v in VARIANTS if v not in drop)
 
 
 def test_candidate_variants_apply_the_override_to_each_kernel():

@@ -40,6 +40,11 @@ _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 _TENSORS = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")
 
 
+# the flags of a causal drop pattern (QKDrop: no bucket predicate) and of a causal hash
+HASH_CAUSAL = (("CAUSAL", True), ("STRICT", False), ("SAME_BUCKET", True), ("NOT_SELF", False))
+DROP_CAUSAL = (("CAUSAL", True), ("STRICT", False), ("SAME_BUCKET", False), ("NOT_SELF", False))
+
+
 @dataclass(frozen=True)
 class Variant:
     """One kernel launch shape: which kernel, dtype, head dim, flags and tile config."""
@@ -64,6 +69,13 @@ class Variant:
         else:
             c.update(BLOCK_M=self.cfg.dkdv_m, BLOCK_N=self.cfg.block_k, DKV_PER_QUERY_HEAD=self.gqa)
         return c
+
+    @property
+    def table_key(self) -> tuple:
+        """The compile test's spill-table key: (kernel, dtype, head dim, gqa), and "drop" for a
+        drop pattern's variant at D >= 128 (listed apart: the hash variants keep their counts)."""
+        key = (self.kernel, self.dtype, self.head_dim, self.gqa)
+        return key + ("drop",) if self.head_dim >= 128 and self.flags == DROP_CAUSAL else key
 
     def launch(self) -> tuple[int, int]:
         if self.kernel == "fwd":
@@ -191,7 +203,8 @@ def _loop_spills(sass: str) -> int:
 def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16, torch.float32)) -> list[Variant]:
     """Every kernel variant the backend launches on a GPU for these head dims and dtypes:
     each kernel for each flag combination the IR can produce (bf16, D=64), and each kernel
-    for every (dtype, head dim) with the hash-causal flags; then the sanitizing variant
+    for every (dtype, head dim) with the hash-causal flags (16-bit at D >= 128: the
+    drop-causal ones too, QKDrop's timed path); then the sanitizing variant
     (``sanitize``, launched only for inputs holding an inf or NaN) of each of those, but fp32
     at D >= 128 (the slowest to compile; the same code as the others)."""
     cuda = torch.device("cuda")
@@ -208,13 +221,15 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
         for kernel in ("fwd", "dq", "dkdv"):
             cfg = tile_config(64, torch.bfloat16, cuda)
             out.append(Variant(kernel, torch.bfloat16, 64, tuple(flags.items()), cfg))
-    hash_causal = tuple(dict(CAUSAL=True, STRICT=False, SAME_BUCKET=True, NOT_SELF=False).items())
     for dtype in dtypes:
         for d in head_dims:
             cfg = tile_config(d, dtype, cuda)
-            for kernel in ("fwd", "dq", "dkdv"):
-                out.append(Variant(kernel, dtype, d, hash_causal, cfg))
-            out.append(Variant("dkdv", dtype, d, hash_causal, cfg, gqa=True))
+            # the drop flags too where the benchmarks time QKDrop (16-bit, D >= 128)
+            flag_sets = (HASH_CAUSAL, DROP_CAUSAL) if dtype != torch.float32 and d >= 128 else (HASH_CAUSAL,)
+            for flags in flag_sets:
+                for kernel in ("fwd", "dq", "dkdv"):
+                    out.append(Variant(kernel, dtype, d, flags, cfg))
+                out.append(Variant("dkdv", dtype, d, flags, cfg, gqa=True))
     out += [replace(v, sanitize=True) for v in out if not (v.dtype == torch.float32 and v.head_dim >= 128)]
     return list(dict.fromkeys(out))
 
@@ -224,9 +239,9 @@ def candidate_variants(head_dim: int, dtype: torch.dtype, override: dict) -> lis
     (TileConfig fields), for a causal hash and a causal drop pattern, dK/dV also per query head
     (grouped-query attention): the variants a tile-configuration sweep would time."""
     cfg = replace(tile_config(head_dim, dtype, torch.device("cuda")), **override)
-    flag_sets = [dict(CAUSAL=True, STRICT=False, SAME_BUCKET=b, NOT_SELF=False) for b in (True, False)]
-    out = [Variant(kernel, dtype, head_dim, tuple(f.items()), cfg) for f in flag_sets for kernel in ("fwd", "dq", "dkdv")]
-    return out + [Variant("dkdv", dtype, head_dim, tuple(f.items()), cfg, gqa=True) for f in flag_sets]
+    flag_sets = (HASH_CAUSAL, DROP_CAUSAL)
+    out = [Variant(kernel, dtype, head_dim, f, cfg) for f in flag_sets for kernel in ("fwd", "dq", "dkdv")]
+    return out + [Variant("dkdv", dtype, head_dim, f, cfg, gqa=True) for f in flag_sets]
 
 
 def index_variants() -> list[tuple[str, dict]]:
@@ -280,10 +295,12 @@ def spill_tables(rows: list[dict]) -> str:
         most: dict[tuple, int] = {}
         for r in rows:
             if "head_dim" in r and r["sanitize"] == sanitize and r["loop_spills"] > 0:
-                key = (r["kernel"], r["dtype"], r["head_dim"], r["gqa"])
+                key = (r["kernel"], r["dtype"], r["head_dim"], r["gqa"]) + (("drop",) if r.get("drop") else ())
                 most[key] = max(most.get(key, 0), r["loop_spills"])
         out.append("sanitizing variants:" if sanitize else "unchanged variants:")
-        out += [f'    ("{k}", {d}, {h}, {g}): {n},' for (k, d, h, g), n in most.items()]
+        for (k, d, h, g, *drop), n in most.items():
+            tail = ', "drop"' if drop else ""
+            out.append(f'    ("{k}", {d}, {h}, {g}{tail}): {n},')
     return "\n".join(out)
 
 
@@ -324,7 +341,7 @@ def main(argv: list[str] | None = None) -> None:
     for v in variants():
         r = report(compile_variant(v))
         add(dict(variant=str(v), kernel=v.kernel, dtype=str(v.dtype), head_dim=v.head_dim, gqa=v.gqa,
-                 sanitize=v.sanitize, **r.__dict__))  # fmt: skip
+                 sanitize=v.sanitize, drop=len(v.table_key) == 5, **r.__dict__))  # fmt: skip
     for name, const in index_variants():
         r = report(compile_index_kernel(name, const))
         add({"variant": f"index {name} {const}", "kernel": name, **r.__dict__})

@@ -11,7 +11,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from tilesparse.backends.triton.launch import LEAN_TRITON, LeanKernel, arg_key, lean, lean_supported  # noqa: E402
+from tilesparse.backends.triton.launch import LEAN_TRITON, OPTIONS, LeanKernel, arg_key, lean, lean_supported  # noqa: E402
 from tilesparse.backends.triton.versions import installed_triton  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def test_a_hit_launches_the_compiled_kernel_with_the_arguments_in_order():
     k = _lean(fn)
     x = torch.zeros(8)
     k[(3, 2)](x, 5, 0.5, BLOCK=32, num_warps=4)
-    assert [e[0] for e in fn.log] == ["normal"] and fn.log[0][3] == {"BLOCK": 32, "num_warps": 4}
+    assert [e[0] for e in fn.log] == ["normal"] and fn.log[0][3] == {"BLOCK": 32, "num_warps": 4, **OPTIONS}
     k[(3, 2)](x, 7, 0.25, BLOCK=32, num_warps=4)
     kind, a = fn.log[1]
     assert kind == "lean"
@@ -128,6 +128,17 @@ def test_disabled_or_leading_constants_take_the_normal_path():
     assert [e[0] for e in fn.log] == ["normal", "normal"]
     # a compile-time parameter before a runtime one: the launcher's argument order is unknown
     assert not LeanKernel(_Kernel(names=("BLOCK", "X", "n"), constexprs=(0,))).enabled
+
+
+def test_every_launch_asks_for_fma_contraction():
+    """Explicitly, on every path: Triton 3.9 warns when the option is left to its default, and
+    3.10 turns that default off; the kernels were tuned and checked with it on."""
+    assert OPTIONS == {"enable_fp_fusion": True}
+    fn = _Kernel()
+    x = torch.zeros(8)
+    LeanKernel(fn, enabled=False)[(1,)](x, 5, 0.5, BLOCK=32)  # the normal path (interpreter, other releases)
+    _lean(fn)[(1,)](x, 5, 0.5, BLOCK=32)  # a miss compiles through it
+    assert [e[3]["enable_fp_fusion"] for e in fn.log] == [True, True]
 
 
 def test_the_interpreter_and_unchecked_triton_versions_take_the_normal_path():

@@ -35,11 +35,15 @@ from torch import Tensor
 
 from .versions import installed_triton
 
-__all__ = ["LEAN_TRITON", "LeanKernel", "arg_key", "lean", "lean_supported", "normal_launches"]
+__all__ = ["LEAN_TRITON", "OPTIONS", "LeanKernel", "arg_key", "lean", "lean_supported", "normal_launches"]
 
 # (major, minor) of the Triton releases whose JITFunction.run / CompiledKernel.run this path
 # mirrors; tests/gpu/test_lean_launch_gpu.py checks it gives bitwise the normal path's results
 LEAN_TRITON: frozenset[tuple[int, int]] = frozenset({(3, 6)})
+
+# compile options every launch passes: FMA contraction on, as the kernels were tuned and checked
+# with (Triton's default through 3.9, which warns when it is left unset; 3.10 turns it off)
+OPTIONS = {"enable_fp_fusion": True}
 
 _I32 = (-(2**31), 2**31 - 1)
 _NORMAL = [False]  # normal_launches() in force
@@ -140,18 +144,18 @@ class LeanKernel:
 
     def launch(self, grid: tuple[int, ...], args: tuple, constants: dict, args_key: tuple | None = None) -> None:
         if not self.enabled or _NORMAL[0]:
-            self.fn[grid](*args, **constants)
+            self.fn[grid](*args, **constants, **OPTIONS)
             return
         runtime = triton.knobs.runtime
         if _listening(runtime.launch_enter_hook) or _listening(runtime.launch_exit_hook):
-            self.fn[grid](*args, **constants)  # a profiler listens: its hooks see every launch
+            self.fn[grid](*args, **constants, **OPTIONS)  # a profiler listens: its hooks see every launch
             return
         device = self._device()
         key = (device, tuple(constants.items()), arg_key(args) if args_key is None else args_key)
         compiled = self.cache.get(key)
         if compiled is None:
             self.misses += 1
-            compiled = self.fn[grid](*args, **constants)
+            compiled = self.fn[grid](*args, **constants, **OPTIONS)
             if hasattr(compiled, "result"):
                 compiled = compiled.result()
             self.cache[key] = compiled

@@ -20,6 +20,7 @@ import torch
 
 from ...ir import KEY_SENTINEL, QUERY_SENTINEL
 from . import kernels
+from .launch import OPTIONS
 from .op import TileConfig, _block_d, _precision, tile_config
 
 __all__ = [
@@ -148,7 +149,7 @@ def compile_variant(v: Variant):
         if sig[name].startswith("*") or (aligned_strides and name.startswith("stride_"))
     }
     src = ASTSource(fn, sig, const, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages, **OPTIONS))
 
 
 def _cuobjdump() -> str:
@@ -283,7 +284,7 @@ def compile_index_kernel(name: str, constexprs: dict):
     }
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
     src = ASTSource(fn, sig, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=3))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=3, **OPTIONS))
 
 
 def spill_tables(rows: list[dict]) -> str:

@@ -41,7 +41,7 @@ _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 _TENSORS = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")
 
 
-# the flags of a causal drop pattern (QKDrop: no bucket predicate) and of a causal hash
+# the flags of a causal hash and of a causal drop pattern (QKDrop: no bucket predicate)
 HASH_CAUSAL = (("CAUSAL", True), ("STRICT", False), ("SAME_BUCKET", True), ("NOT_SELF", False))
 DROP_CAUSAL = (("CAUSAL", True), ("STRICT", False), ("SAME_BUCKET", False), ("NOT_SELF", False))
 

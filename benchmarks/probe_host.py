@@ -209,8 +209,7 @@ def probe_pattern(name, spec, shape, args, device, counter) -> dict:
     fwd_bwd = lambda: torch.autograd.grad(attn(q, k, v, decisions=dec), (q, k, v), go)  # noqa: E731
     fwd_decide = lambda: attn(q, k, v)  # noqa: E731
     for label, fn in (("call_fwd", fwd), ("call_fwd_bwd", fwd_bwd), ("call_fwd_decide", fwd_decide)):
-        rows[f"{label}_host"] = t(fn)
-        rows[f"{label}_sync"] = t(fn, sync_each=True)
+        rows.update(host_and_sync(label, fn, calls, device))
     normal = _normal_launches()
     if normal is not None and not counter.stub:
         with normal():
@@ -220,29 +219,32 @@ def probe_pattern(name, spec, shape, args, device, counter) -> dict:
     rows["launches_fwd_bwd"] = counter.per_call(fwd_bwd, device)
     if args.graphed and device.type == "cuda":
         try:
-            rows.update(probe_graphed(attn, q, k, v, given, go, device, calls))
+            rows.update(probe_graphed(lambda q_, k_, v_: attn(q_, k_, v_, decisions=given), q, k, v, go, device, calls))
         except Exception as e:  # noqa: BLE001 - recorded in the JSON, the other rows still count
             rows["graphed_error"] = f"{type(e).__name__}: {e}"[:500]
     return rows
 
 
-def probe_graphed(attn, q, k, v, dec, go, device, calls) -> dict:
-    """The same call replayed from CUDA graphs: ``torch.cuda.make_graphed_callables`` captures
-    the op's forward and backward once (decisions given: ``dec``, checked on the device), and
-    each call copies new q, k, v into the captured tensors and replays. ``graphed_*_host`` /
-    ``_sync`` as for the eager call; ``graphed_max_err``: the largest difference of the
-    replayed output and gradients from the eager call's (zero when the replay is exact)."""
-    graphed = torch.cuda.make_graphed_callables(lambda q_, k_, v_: attn(q_, k_, v_, decisions=dec), (q, k, v))
+def host_and_sync(label: str, fn, calls: int, device: torch.device) -> dict:
+    """``{label}_host`` and ``{label}_sync``: :func:`host_us` of ``fn`` without and with a
+    synchronize after every call."""
+    return {f"{label}_host": host_us(fn, calls, device), f"{label}_sync": host_us(fn, calls, device, sync_each=True)}
+
+
+def probe_graphed(call, q, k, v, go, device, calls) -> dict:
+    """``call(q, k, v)`` replayed from CUDA graphs: ``torch.cuda.make_graphed_callables``
+    captures its forward and backward once, and each call copies new q, k, v into the captured
+    tensors and replays. ``graphed_fwd_*`` / ``graphed_fwd_bwd_*`` as for the eager call;
+    ``graphed_max_err``: the largest difference of the replayed output and gradients from the
+    eager call's (zero when the replay is exact)."""
+    graphed = torch.cuda.make_graphed_callables(call, (q, k, v))
     fresh = tuple(t.detach().clone().requires_grad_(True) for t in (q, k, v))  # a step's new tensors
     fwd = lambda: graphed(*fresh)  # noqa: E731
     fwd_bwd = lambda: torch.autograd.grad(graphed(*fresh), fresh, go)  # noqa: E731
-    want = (attn(*fresh, decisions=dec), *torch.autograd.grad(attn(*fresh, decisions=dec), fresh, go))
+    want = (call(*fresh), *torch.autograd.grad(call(*fresh), fresh, go))
     got = (graphed(*fresh).detach().clone(), *fwd_bwd())
     rows = {"graphed_max_err": max((a.float() - b.float()).abs().max().item() for a, b in zip(got, want, strict=True))}
-    for label, fn in (("graphed_fwd", fwd), ("graphed_fwd_bwd", fwd_bwd)):
-        rows[f"{label}_host"] = host_us(fn, calls, device)
-        rows[f"{label}_sync"] = host_us(fn, calls, device, sync_each=True)
-    return rows
+    return {**rows, **host_and_sync("graphed_fwd", fwd, calls, device), **host_and_sync("graphed_fwd_bwd", fwd_bwd, calls, device)}
 
 
 def probe_sdpa(shape, args, device) -> dict:
@@ -252,17 +254,12 @@ def probe_sdpa(shape, args, device) -> dict:
     go = torch.randn_like(q)
     gqa = dict(enable_gqa=True) if H != Hkv else {}
     sdpa = lambda q_, k_, v_: F.scaled_dot_product_attention(q_, k_, v_, is_causal=True, **gqa)  # noqa: E731
-    rows = {}
-    graphed = torch.cuda.make_graphed_callables(sdpa, (q, k, v)) if args.graphed else None
-    fresh = tuple(t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    for label, fn in (("call", sdpa), ("graphed", graphed)):
-        if fn is None:
-            continue
-        fwd = lambda fn=fn: fn(*fresh)  # noqa: E731
-        fwd_bwd = lambda fn=fn: torch.autograd.grad(fn(*fresh), fresh, go)  # noqa: E731
-        for part, f in (("fwd", fwd), ("fwd_bwd", fwd_bwd)):
-            rows[f"{label}_{part}_host"] = host_us(f, args.calls, device)
-            rows[f"{label}_{part}_sync"] = host_us(f, args.calls, device, sync_each=True)
+    rows = {
+        **host_and_sync("call_fwd", lambda: sdpa(q, k, v), args.calls, device),
+        **host_and_sync("call_fwd_bwd", lambda: torch.autograd.grad(sdpa(q, k, v), (q, k, v), go), args.calls, device),
+    }
+    if args.graphed:
+        rows.update(probe_graphed(sdpa, q, k, v, go, device, args.calls))
     return rows
 
 

@@ -26,7 +26,7 @@ import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tilesparse as ts
-from tilesparse.backends.triton.op import override_config, sparse_attention, tile_config
+from tilesparse.backends.triton.op import override_config, parse_overrides, sparse_attention, tile_config
 from tilesparse.ir import tile_stats
 
 # the model-shape benchmark's patterns and timers (this directory is on sys.path when a script here runs)
@@ -68,7 +68,7 @@ def main() -> int:
     ap.add_argument("--tag", default="kernels", help="the JSON is sweep_TAG.json")
     args = ap.parse_args()
     t0 = time.time()
-    configs = json.loads(Path(args.configs[1:]).read_text() if args.configs.startswith("@") else args.configs)
+    configs = parse_overrides(args.configs)
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
            "cmd": " ".join(sys.argv), "rows": [], "sdpa": []}  # fmt: skip
     for shape in args.shapes.split(";"):

@@ -208,6 +208,11 @@ def _reasons(name: str, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
     return reasons
 
 
+def _candidates(backend: str) -> tuple[str, ...]:
+    """The backends a plan may pick from: every registered one for ``auto``, else the forced one."""
+    return tuple(REGISTRY) if backend == "auto" else (backend,)
+
+
 @dataclass(frozen=True)
 class _Choice:
     backend: Backend | None  # the cheapest, None when every candidate refused
@@ -229,7 +234,7 @@ def _choose(
     """Every candidate's reasons or price; ``visited`` overrides the spec's estimate; ``blocks``:
     the tile size of the program's index tensors (one per plan), which a backend reading index
     tensors must use."""
-    names = tuple(REGISTRY) if backend == "auto" else (backend,)
+    names = _candidates(backend)
     shape = shape_of(inputs, len(heads), group.causal is not None)
     refused, priced, splits, fractions = [], [], {}, {}
     for name in names:
@@ -325,8 +330,8 @@ def make_plan(
     # a constraint on all groups (those two first) and the cheapest plan that runs them all is kept
     wanted = list(dict.fromkeys(a.backend.blocks(inputs) for a in assignments if a.backend.needs_prepare))
     if len(wanted) > 1:
-        names = tuple(REGISTRY) if backend == "auto" else (backend,)
-        sizes = dict.fromkeys([*wanted, *(REGISTRY[n].blocks(inputs) for n in names if REGISTRY[n].needs_prepare)])
+        candidates = [REGISTRY[n] for n in _candidates(backend)]
+        sizes = dict.fromkeys([*wanted, *(b.blocks(inputs) for b in candidates if b.needs_prepare)])
         options, errors = [], []
         for blocks in sizes:
             try:

@@ -142,20 +142,24 @@ class LeanKernel:
         with other constants (a launch pair) share it."""
         return arg_key(args) if self.enabled and not _NORMAL[0] else None
 
+    def _normal(self, grid: tuple[int, ...], args: tuple, constants: dict):
+        """Triton's own ``kernel[grid]`` launch (compiling on a miss), with :data:`OPTIONS`."""
+        return self.fn[grid](*args, **constants, **OPTIONS)
+
     def launch(self, grid: tuple[int, ...], args: tuple, constants: dict, args_key: tuple | None = None) -> None:
         if not self.enabled or _NORMAL[0]:
-            self.fn[grid](*args, **constants, **OPTIONS)
+            self._normal(grid, args, constants)
             return
         runtime = triton.knobs.runtime
         if _listening(runtime.launch_enter_hook) or _listening(runtime.launch_exit_hook):
-            self.fn[grid](*args, **constants, **OPTIONS)  # a profiler listens: its hooks see every launch
+            self._normal(grid, args, constants)  # a profiler listens: its hooks see every launch
             return
         device = self._device()
         key = (device, tuple(constants.items()), arg_key(args) if args_key is None else args_key)
         compiled = self.cache.get(key)
         if compiled is None:
             self.misses += 1
-            compiled = self.fn[grid](*args, **constants, **OPTIONS)
+            compiled = self._normal(grid, args, constants)
             if hasattr(compiled, "result"):
                 compiled = compiled.result()
             self.cache[key] = compiled

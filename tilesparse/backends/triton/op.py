@@ -9,8 +9,10 @@ decisions every step reuse the compiled kernels.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -26,6 +28,7 @@ __all__ = [
     "interpreting",
     "launch_fwd",
     "override_config",
+    "parse_overrides",
     "sparse_attention",
     "tile_config",
 ]
@@ -112,6 +115,11 @@ def override_config(**fields: int):
     finally:
         _OVERRIDE.clear()
         _OVERRIDE.update(old)
+
+
+def parse_overrides(text: str) -> list[dict]:
+    """A JSON list of TileConfig overrides, given inline or as ``@FILE`` (sweeps, sm90 --configs)."""
+    return json.loads(Path(text[1:]).read_text() if text.startswith("@") else text)
 
 
 def predicate_flags(group: HeadGroup) -> dict:

@@ -21,7 +21,7 @@ import torch
 from ...ir import KEY_SENTINEL, QUERY_SENTINEL
 from . import kernels
 from .launch import OPTIONS
-from .op import TileConfig, _block_d, _precision, tile_config
+from .op import TileConfig, _block_d, _precision, parse_overrides, tile_config
 
 __all__ = [
     "SHARED_LIMIT",
@@ -72,11 +72,15 @@ class Variant:
         return c
 
     @property
+    def drop(self) -> bool:
+        """A drop pattern's variant at D >= 128, which the spill tables list apart (the hash
+        variants keep their counts)."""
+        return self.head_dim >= 128 and self.flags == DROP_CAUSAL
+
+    @property
     def table_key(self) -> tuple:
-        """The compile test's spill-table key: (kernel, dtype, head dim, gqa), and "drop" for a
-        drop pattern's variant at D >= 128 (listed apart: the hash variants keep their counts)."""
-        key = (self.kernel, self.dtype, self.head_dim, self.gqa)
-        return key + ("drop",) if self.head_dim >= 128 and self.flags == DROP_CAUSAL else key
+        """The compile test's spill-table key: (kernel, dtype, head dim, gqa), and "drop"."""
+        return (self.kernel, self.dtype, self.head_dim, self.gqa) + (("drop",) if self.drop else ())
 
     def launch(self) -> tuple[int, int]:
         if self.kernel == "fwd":
@@ -227,10 +231,7 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
             cfg = tile_config(d, dtype, cuda)
             # the drop flags too where the benchmarks time QKDrop (16-bit, D >= 128)
             flag_sets = (HASH_CAUSAL, DROP_CAUSAL) if dtype != torch.float32 and d >= 128 else (HASH_CAUSAL,)
-            for flags in flag_sets:
-                for kernel in ("fwd", "dq", "dkdv"):
-                    out.append(Variant(kernel, dtype, d, flags, cfg))
-                out.append(Variant("dkdv", dtype, d, flags, cfg, gqa=True))
+            out += _kernels(dtype, d, flag_sets, cfg)
     out += [replace(v, sanitize=True) for v in out if not (v.dtype == torch.float32 and v.head_dim >= 128)]
     return list(dict.fromkeys(out))
 
@@ -240,9 +241,16 @@ def candidate_variants(head_dim: int, dtype: torch.dtype, override: dict) -> lis
     (TileConfig fields), for a causal hash and a causal drop pattern, dK/dV also per query head
     (grouped-query attention): the variants a tile-configuration sweep would time."""
     cfg = replace(tile_config(head_dim, dtype, torch.device("cuda")), **override)
-    flag_sets = (HASH_CAUSAL, DROP_CAUSAL)
-    out = [Variant(kernel, dtype, head_dim, f, cfg) for f in flag_sets for kernel in ("fwd", "dq", "dkdv")]
-    return out + [Variant("dkdv", dtype, head_dim, f, cfg, gqa=True) for f in flag_sets]
+    return _kernels(dtype, head_dim, (HASH_CAUSAL, DROP_CAUSAL), cfg)
+
+
+def _kernels(dtype: torch.dtype, head_dim: int, flag_sets, cfg: TileConfig) -> list[Variant]:
+    """Per flag set: the forward, dQ and dK/dV kernels, and dK/dV per query head (GQA)."""
+    return [
+        Variant(kernel, dtype, head_dim, flags, cfg, gqa=gqa)
+        for flags in flag_sets
+        for kernel, gqa in (("fwd", False), ("dq", False), ("dkdv", False), ("dkdv", True))
+    ]
 
 
 def index_variants() -> list[tuple[str, dict]]:
@@ -327,8 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("unset TRITON_INTERPRET: the interpreter cannot compile kernels for the GPU")
     if args.configs:
         dtype = {name: t for t, name in _DTYPES.items()}[args.dtype]
-        text = Path(args.configs[1:]).read_text() if args.configs.startswith("@") else args.configs
-        for override in json.loads(text):
+        for override in parse_overrides(args.configs):
             for v in candidate_variants(args.head_dim, dtype, override):
                 print(json.dumps(dict(config=override, variant=str(v), **report(compile_variant(v)).__dict__)), flush=True)
         return
@@ -342,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     for v in variants():
         r = report(compile_variant(v))
         add(dict(variant=str(v), kernel=v.kernel, dtype=str(v.dtype), head_dim=v.head_dim, gqa=v.gqa,
-                 sanitize=v.sanitize, drop=len(v.table_key) == 5, **r.__dict__))  # fmt: skip
+                 sanitize=v.sanitize, drop=v.drop, **r.__dict__))  # fmt: skip
     for name, const in index_variants():
         r = report(compile_index_kernel(name, const))
         add({"variant": f"index {name} {const}", "kernel": name, **r.__dict__})

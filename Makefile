@@ -14,7 +14,7 @@ TRITON ?= triton==3.7.1
 NUMPY := $(if $(findstring 3.6,$(TRITON)),numpy<2.4,numpy)
 PINS := $(TORCH) $(TRITON) $(NUMPY)
 
-.PHONY: demo test test-transformers test-gpu test-gpu-property clean FORCE
+.PHONY: demo test test-gpu test-gpu-property clean FORCE
 
 # rewritten only when the pins change, so that a change reinstalls
 $(VENV)/.pins: FORCE
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml $(VENV)/.pins
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q '$(TORCH)' '$(TRITON)' '$(NUMPY)'
-	# the test extra: pytest, pytest-xdist, hypothesis and the cli extra
+	# the test extra: pytest, pytest-xdist, hypothesis, the cli and transformers extras
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
@@ -35,11 +35,6 @@ demo: $(STAMP)
 # then runs once
 test: $(STAMP)
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile
-
-# the Hugging Face integration's tests (the transformers extra is too large for `make test`)
-test-transformers: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[transformers]'
-	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -m transformers tests/integrations
 
 # on a machine with a CUDA GPU: that machine's own python, torch and triton, the
 # kernels compiled (TRITON_INTERPRET=0: tests/conftest.py would default it to the interpreter),

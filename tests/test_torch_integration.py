@@ -76,6 +76,33 @@ def test_compiled_calls_with_given_decisions():
     torch.testing.assert_close(dq, torch.autograd.grad(want.sum(), q)[0])
 
 
+@pytest.mark.parametrize("padded", [False, True], ids=["plain", "key_padding"])
+@pytest.mark.parametrize("spec", [ts.Hash(buckets=4), ts.QKDrop(keep=0.6)], ids=str)
+def test_sdpa_keywords_with_decisions_made_in_the_call_trace_without_graph_breaks(spec, padded):
+    """What the transformers integration passes (scale=, a key padding mask): the criteria run
+    inside the decide op, as in a plain call, so nothing they do (a generator, a kernel) is traced."""
+    attn = ts.compile(spec, causal=True, backend="executor")
+    q, k, v = (torch.randn(2, 2, 40, 16, requires_grad=True) for _ in range(3))
+    kpm = None
+    if padded:
+        kpm = torch.ones(2, 40, dtype=torch.bool)
+        kpm[1, :7] = False  # left padding of the second sequence
+
+    def f(q, k, v):
+        return attn(q, k, v, scale=0.3, key_padding_mask=kpm)
+
+    def run(fn):
+        torch.manual_seed(3)  # the criteria draw from the global generator: same draws both ways
+        out = fn(q, k, v)
+        return out.detach(), torch.autograd.grad(out.square().sum(), (q, k, v))
+
+    want, want_grads = run(f)
+    got, got_grads = run(torch.compile(f, fullgraph=True, backend="aot_eager"))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
 def test_a_training_loop_neither_replans_nor_recompiles():
     attn = ts.compile(ts.QKDrop(keep=0.5), backend="reference")
     model = Block(attn)

@@ -30,7 +30,7 @@ from .patterns.decision_errors import DeviceErrors, check_on_device, poisoned, r
 from .patterns.specs import TopKFeatures
 from .planner import Plan, make_plan
 from .randomness import check_seed, op_generator
-from .sdpa_call import document_range, parse_sdpa_call, polling, reference_mask_mod, run_sdpa_call
+from .sdpa_call import SdpaCall, document_range, parse_sdpa_call, polling, reference_mask_mod, run_sdpa_call
 
 __all__ = ["CompiledAttention", "PlanStats", "compile"]
 
@@ -301,14 +301,15 @@ class CompiledAttention:
         if torch.is_autocast_enabled(q.device.type):
             dtype = torch.get_autocast_dtype(q.device.type)
             q, k, v = (t.to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t for t in (q, k, v))
-        if not call.plain:
-            with library.no_autocast(q.device):
-                return run_sdpa_call(self, q, k, v, call, decisions, generator)
         if torch.compiler.is_compiling():
             if generator is not None and decisions is None:
                 raise TypeError(_COMPILED_GENERATOR)
-            return self._traced(q, k, v, decisions)
+            if call.return_lse:
+                raise ValueError("return_lse=True is not supported inside torch.compile; call the op outside it")
+            return self._traced(q, k, v, decisions, call)
         with library.no_autocast(q.device):
+            if not call.plain:
+                return run_sdpa_call(self, q, k, v, call, decisions, generator)
             return self._eager(q, k, v, decisions, generator)
 
     def _eager(
@@ -328,9 +329,10 @@ class CompiledAttention:
             self._last = tuple(g for g in ex.prepared if g is not None)
         return poisoned(ex.out, poison[0] if poison else None)
 
-    def _traced(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None) -> Tensor:
+    def _traced(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, call: SdpaCall) -> Tensor:
         """The call as custom ops, for dynamo: decisions (made by the decide op unless given),
-        then the attention op; the plan is found by ``self._key`` at run time."""
+        then the attention op with the call's SDPA-style arguments; the plan is found by
+        ``self._key`` at run time."""
         names = library.decision_names(self.spec)
         if decisions is None:
             tensors = torch.ops.tilesparse.decide(q, k, self._key) if names else []
@@ -338,7 +340,9 @@ class CompiledAttention:
         else:
             tensors = [getattr(decisions, n) for n in names]
             trusted = False
-        return torch.ops.tilesparse.attention(q, k, v, tensors, self._key, trusted)
+        return torch.ops.tilesparse.attention(
+            q, k, v, tensors, self._key, trusted, call.scale, call.key_padding_mask, call.document_ids, call.max_documents
+        )
 
     def prepare(self, q: Tensor, k: Tensor, v: Tensor, *, decisions: Decisions | None = None, generator=None) -> Prepared:
         """The index tensors of every head group (for inspection: ``tilesparse.ir.to_string``)."""

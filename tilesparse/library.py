@@ -6,8 +6,10 @@ Two ops, both opaque to the compiler:
 - ``tilesparse::decide(q, k, key) -> Tensor[]``: the spec's decisions (its fields in
   ``DECISION_FIELDS`` order); its fake implementation runs the criteria on fake tensors, so
   shapes and dtypes are the real ones;
-- ``tilesparse::attention(q, k, v, decisions, key, trusted) -> Tensor``: the planned call.
-  Its backward is ``tilesparse::attention_backward``, which recomputes the forward under
+- ``tilesparse::attention(q, k, v, decisions, key, trusted, scale, key_padding_mask,
+  document_ids, max_documents) -> Tensor``: the planned call, with the SDPA-style arguments
+  of :mod:`tilesparse.sdpa_call` where the call has them (what the transformers integration
+  passes). Its backward is ``tilesparse::attention_backward``, which recomputes the forward under
   autograd and differentiates it (FlashAttention's recomputation, applied to the whole op:
   one extra forward per backward, the price of one op for every backend).
 
@@ -19,11 +21,13 @@ recomputation): ``CompiledAttention.__call__`` takes this path only while dynamo
 import contextlib
 import itertools
 import weakref
+from typing import Optional
 
 import torch
 from torch import Tensor
 
 from .patterns import DECISION_FIELDS, Decisions
+from .sdpa_call import SdpaCall, run_sdpa_call
 
 __all__ = ["LIVE", "decision_names", "register"]
 
@@ -72,36 +76,61 @@ decide = torch.library.custom_op("tilesparse::decide", _decide, mutates_args=())
 decide.register_fake(_decide)  # the criteria are torch ops: on fake tensors they give the real shapes
 
 
-def _attention(q: Tensor, k: Tensor, v: Tensor, decisions: list[Tensor], key: str, trusted: bool) -> Tensor:
+def _attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    decisions: list[Tensor],
+    key: str,
+    trusted: bool,
+    scale: Optional[float],
+    key_padding_mask: Optional[Tensor],
+    document_ids: Optional[Tensor],
+    max_documents: Optional[int],
+) -> Tensor:
     attn = _attn(key)
     dec = to_decisions(decision_names(attn.spec), decisions)
     if trusted:
         dec = dec.trusted(attn.spec)
+    dec = dec if decisions else None
+    call = SdpaCall(scale=scale, key_padding_mask=key_padding_mask, document_ids=document_ids, max_documents=max_documents)
     with no_autocast(q.device):
-        return attn._eager(q, k, v, dec if decisions else None, None, keep_last=False).contiguous()
+        if call.plain:
+            return attn._eager(q, k, v, dec, None, keep_last=False).contiguous()
+        return run_sdpa_call(attn, q, k, v, call, dec, None, keep_last=False).contiguous()
 
 
 attention = torch.library.custom_op("tilesparse::attention", _attention, mutates_args=())
 
 
 @attention.register_fake
-def _attention_fake(q, k, v, decisions, key, trusted):
+def _attention_fake(q, k, v, decisions, key, trusted, scale, key_padding_mask, document_ids, max_documents):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
 @torch.library.custom_op("tilesparse::attention_backward", mutates_args=())
 def attention_backward(
-    grad: Tensor, q: Tensor, k: Tensor, v: Tensor, decisions: list[Tensor], key: str, trusted: bool
+    grad: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    decisions: list[Tensor],
+    key: str,
+    trusted: bool,
+    scale: Optional[float],
+    key_padding_mask: Optional[Tensor],
+    document_ids: Optional[Tensor],
+    max_documents: Optional[int],
 ) -> tuple[Tensor, Tensor, Tensor]:
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     with _autograd_on():
-        out = _attention(*leaves, decisions, key, trusted)
+        out = _attention(*leaves, decisions, key, trusted, scale, key_padding_mask, document_ids, max_documents)
     dq, dk, dv = torch.autograd.grad(out, leaves, grad)
     return dq.contiguous(), dk.contiguous(), dv.contiguous()
 
 
 @attention_backward.register_fake
-def _attention_backward_fake(grad, q, k, v, decisions, key, trusted):
+def _attention_backward_fake(grad, q, k, v, *args):
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
@@ -119,15 +148,16 @@ def _autograd_on():
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, decisions, key, trusted = inputs
+    q, k, v, decisions, key, trusted, *call = inputs
     ctx.save_for_backward(q, k, v, *decisions)
     ctx.key, ctx.trusted, ctx.n = key, trusted, len(decisions)
+    ctx.call = call  # scale, key_padding_mask, document_ids, max_documents: no gradients
 
 
 def _backward(ctx, grad):
     q, k, v, *decisions = ctx.saved_tensors
-    dq, dk, dv = attention_backward(grad, q, k, v, decisions, ctx.key, ctx.trusted)
-    return dq, dk, dv, [None] * ctx.n, None, None
+    dq, dk, dv = attention_backward(grad, q, k, v, decisions, ctx.key, ctx.trusted, *ctx.call)
+    return dq, dk, dv, [None] * ctx.n, None, None, None, None, None, None
 
 
 attention.register_autograd(_backward, setup_context=_setup_context)

@@ -208,8 +208,9 @@ def _documents(attn, call: SdpaCall, inputs) -> tuple[Tensor | None, int, Tensor
     return fields["document_ids"], document_count_of(n - 1), poison
 
 
-def run_sdpa_call(attn, q: Tensor, k: Tensor, v: Tensor, call: SdpaCall, decisions, generator):
-    """``attn(q, k, v)`` under ``call``: the output, and (out, lse) when ``call.return_lse``."""
+def run_sdpa_call(attn, q: Tensor, k: Tensor, v: Tensor, call: SdpaCall, decisions, generator, *, keep_last: bool = True):
+    """``attn(q, k, v)`` under ``call``: the output, and (out, lse) when ``call.return_lse``
+    (``keep_last``: as for ``CompiledAttention._eager``; not inside a custom op)."""
     scale = call.scale if call.scale is not None else attn.scale
     inputs = check_inputs(q, k, v, scale=scale)
     attn._check_spec_fits(inputs)
@@ -229,7 +230,7 @@ def run_sdpa_call(attn, q: Tensor, k: Tensor, v: Tensor, call: SdpaCall, decisio
     elif not dec.present():
         dec = None
     with _no_polls():  # polled above: this call's own errors come next call
-        out = poisoned(poisoned(op(q, k, v, decisions=dec), poison), doc_poison)
+        out = poisoned(poisoned(op._eager(q, k, v, dec, None, keep_last=keep_last), poison), doc_poison)
     if not call.return_lse:
         return out
     return out, poisoned(poisoned(_lse(op, inputs, dec), poison), doc_poison)  # NaN with the output

@@ -9,7 +9,7 @@ refused. CPU, Triton's interpreter; skipped where transformers is not installed 
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers", reason="the transformers extra: make test-transformers")
+transformers = pytest.importorskip("transformers", reason="the transformers extra (part of the test extra)")
 pytestmark = pytest.mark.transformers
 
 import tilesparse as ts  # noqa: E402
@@ -62,15 +62,20 @@ def test_dense_matches_sdpa_logits_and_gradients(arch):
         torch.testing.assert_close(p.grad, r.grad, atol=2e-5, rtol=1e-4, msg=lambda s, n=n: f"grad of {n}: {s}")
 
 
-def test_a_compiled_model_matches_eager():
+@pytest.mark.parametrize("spec", [ts.Dense(), ts.Hash(buckets=3)], ids=str)
+def test_a_compiled_model_matches_eager(spec):
     """The model's forward and loss through torch.compile (what bench_llama_step.py --compile
-    times), the registered op inside the traced model: loss and gradients equal eager ones."""
-    register("ts-dense-compiled", ts.Dense(), backend="executor")
-    _, ours = _models("llama", "ts-dense-compiled")
+    times), the registered op inside the traced model, decisions made in the call, a padded
+    batch: one graph, no graph break (fullgraph), loss and gradients equal eager ones."""
+    name = f"ts-compiled-{type(spec).__name__}"
+    register(name, spec, backend="executor")
+    _, ours = _models("llama", name)
+    ours.eval()  # the same rotations every call, so eager and compiled draw the same
     ids, mask = _batch()
     labels = ids.masked_fill(~mask.bool(), -100)
     grads = []
-    for forward in (ours, torch.compile(ours, backend="aot_eager")):
+    torch._dynamo.reset()
+    for forward in (ours, torch.compile(ours, backend="aot_eager", fullgraph=True)):
         ours.zero_grad(set_to_none=True)
         loss = forward(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
@@ -139,6 +144,28 @@ def test_per_layer_specs_and_training_resamples():
     b = ours(input_ids=ids).logits
     assert not torch.equal(a, b)  # training: fresh rotations per call
     assert fn.ops[(0, True)].spec == ts.Dense() and fn.ops[(1, True)].spec == ts.Hash(buckets=2)
+
+
+def test_the_mask_builder_hands_over_key_padding_and_sdpa_masks_for_the_rest():
+    from transformers.masking_utils import and_masks, causal_mask_function, sdpa_mask
+
+    from tilesparse.integrations.transformers import padding_mask
+
+    pad = torch.ones(2, 6, dtype=torch.bool)
+    pad[1, :2] = False
+    kw = dict(batch_size=2, q_length=6, kv_length=6, attention_mask=pad)
+    assert torch.equal(padding_mask(**kw, mask_function=causal_mask_function), pad)
+    assert padding_mask(**{**kw, "attention_mask": None}, mask_function=causal_mask_function) is None
+    # one query at the end of a cache: the same fast path
+    assert torch.equal(padding_mask(**{**kw, "q_length": 1, "q_offset": 5}, mask_function=causal_mask_function), pad)
+    # anything more than causality and padding (here packed documents, a window, queries not at the
+    # end): SDPA's 4D mask, which the attention function checks
+    docs = and_masks(causal_mask_function, lambda b, h, q, kv: (q < 3) == (kv < 3))
+    for extra in (dict(mask_function=docs), dict(mask_function=causal_mask_function, local_size=3),
+                  dict(mask_function=causal_mask_function, q_length=2, q_offset=1)):  # fmt: skip
+        got = padding_mask(**{**kw, **extra, "allow_is_causal_skip": False})
+        want = sdpa_mask(**{**kw, **extra, "allow_is_causal_skip": False})
+        assert got.dim() == 4 and torch.equal(got, want)
 
 
 def test_refusals():

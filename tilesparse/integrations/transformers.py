@@ -6,16 +6,18 @@
     register("tilesparse-hash16", ts.Hash(buckets=16))
     model = AutoModelForCausalLM.from_config(config, attn_implementation="tilesparse-hash16")
 
-``register`` adds one function to ``transformers.AttentionInterface`` (and SDPA's mask builder
-under the same name to ``AttentionMaskInterface``, so models hand it their padding). Per call it
-takes what the model passes:
+``register`` adds one function to ``transformers.AttentionInterface`` and a mask builder
+(:func:`padding_mask`) under the same name to ``AttentionMaskInterface``, so models hand it
+their padding as a (B, T) key-padding mask (SDPA's 4D mask where the model's mask is more than
+causality and padding). Per call it takes what the model passes:
 
 - ``scaling``: the module's softmax scale (the call's ``scale=``);
 - grouped-query attention: k and v stay (B, Hkv, T, D), never repeated;
 - causality: the module's ``is_causal`` (or the ``is_causal`` keyword) picks a causal or a
   non-causal op;
-- the attention mask: a boolean (B, 1, T, T) mask that is key padding AND causality (what
-  ``sdpa_mask`` builds for a padded batch) becomes the op's exact ``key_padding_mask``; any
+- the attention mask: the (B, T) key padding, or a boolean (B, 1, T, T) mask that is key
+  padding AND causality (what ``sdpa_mask`` builds for a padded batch; checked on the host, a
+  synchronization), becomes the op's exact ``key_padding_mask``; any
   other mask (packed sequences found from ``position_ids``, chunked or bidirectional parts) is
   refused, naming what differs. A row whose keys are all padding outputs zeros;
 - dropout: p > 0 is refused (the op has no attention dropout; set ``attention_dropout=0``);
@@ -50,7 +52,7 @@ from torch import Tensor
 from .. import api
 from ..patterns import Dense, SpecBase, parse_spec
 
-__all__ = ["key_padding_from_mask", "register"]
+__all__ = ["key_padding_from_mask", "padding_mask", "register"]
 
 LayerSpecs = Mapping[int, "SpecBase | dict | str | None"] | Callable[[int], "SpecBase | dict | str | None"] | None
 
@@ -68,7 +70,7 @@ def register(
     mask builder with ``AttentionMaskInterface``); returns the attention function."""
     try:
         from transformers import AttentionInterface
-        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+        from transformers.masking_utils import AttentionMaskInterface
     except ImportError as e:  # pragma: no cover - exercised where transformers is missing
         raise ImportError(
             "tilesparse.integrations.transformers needs transformers: pip install 'tilesparse[transformers]'"
@@ -116,8 +118,46 @@ def register(
 
     attention.ops = ops  # the compiled op of each (layer, causal), for inspection
     AttentionInterface.register(name, attention)
-    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    AttentionMaskInterface.register(name, padding_mask)
     return attention
+
+
+def padding_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    mask_function: Callable | None = None,
+    attention_mask: Tensor | None = None,
+    local_size: int | None = None,
+    **kwargs,
+) -> Tensor | None:
+    """The mask builder ``register`` installs (``AttentionMaskInterface``, SDPA's arguments).
+
+    Where the model's mask is plain causality or no mask at all (no sliding window, no packed
+    sequences, no extra mask function) and the queries are the last ``q_length`` of the
+    ``kv_length`` keys, it returns the (B, Tk) key-padding mask itself, or None without
+    padding: the op applies causality and padding as predicates, so no (Tq, Tk) mask is built
+    and nothing is read back to check one (under ``torch.compile`` too, where transformers
+    never skips building SDPA's mask). Anything else gets SDPA's boolean 4D mask, which the
+    attention function checks and refuses unless it is key padding AND causality.
+    """
+    from transformers.masking_utils import (
+        bidirectional_mask_function,
+        causal_mask_function,
+        prepare_padding_mask,
+        sdpa_mask,
+    )
+
+    mask_function = causal_mask_function if mask_function is None else mask_function
+    aligned = kv_offset == 0 and (mask_function is bidirectional_mask_function or q_offset + q_length == kv_length)
+    if (mask_function is causal_mask_function or mask_function is bidirectional_mask_function) and local_size is None and aligned:
+        pad = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+        return None if pad is None else pad[:, :kv_length].to(torch.bool)
+    return sdpa_mask(
+        batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask, local_size, **kwargs
+    )  # fmt: skip
 
 
 def _refuse(name: str, module, query: Tensor, key: Tensor, dropout: float, kwargs: dict) -> None:
@@ -146,9 +186,13 @@ def key_padding_from_mask(mask: Tensor | None, *, causal: bool, batch: int, q_le
         return None
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
         raise ValueError(
-            f"attention mask of dtype {getattr(mask, 'dtype', type(mask).__name__)}: expected the boolean "
-            "mask of transformers' sdpa_mask (register() installs it)"
+            f"attention mask of dtype {getattr(mask, 'dtype', type(mask).__name__)}: expected a boolean mask "
+            "from the mask builder register() installs (padding_mask)"
         )
+    if mask.dim() == 2:  # key padding itself (padding_mask's fast path)
+        if tuple(mask.shape) != (batch, k_len):
+            raise ValueError(f"key-padding mask of shape {tuple(mask.shape)}: expected (B={batch}, Tk={k_len})")
+        return mask.contiguous()
     if mask.dim() != 4 or tuple(mask.shape[1:]) != (1, q_len, k_len) or mask.shape[0] not in (1, batch):
         raise ValueError(
             f"attention mask of shape {tuple(mask.shape)}: expected (B={batch}, 1, Tq={q_len}, Tk={k_len})"

@@ -79,6 +79,24 @@ def kernel_ms(fn, iters: int = 3) -> dict[str, float]:  # also sweep_kernels.py'
     return out
 
 
+def run_header(**extra) -> dict:
+    """The head of a results file (also sweep_kernels.py's): the GPU, the torch and Triton
+    versions and the command line, then ``extra``."""
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "cmd": " ".join(sys.argv), **extra}  # fmt: skip
+
+
+def bf16_inputs(shape: str) -> tuple[tuple[int, ...], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One ``--shapes`` entry "B,H,Hkv,D,T" (also sweep_kernels.py's): its sizes, and q, k, v
+    (requiring grad) and an output gradient drawn in bf16 on the GPU from a generator seeded 0."""
+    B, H, Hkv, D, T = map(int, shape.split(","))
+    gen = torch.Generator(DEV).manual_seed(0)
+    q = torch.randn((B, H, T, D), device=DEV, dtype=torch.bfloat16, generator=gen).requires_grad_()
+    k, v = (torch.randn((B, Hkv, T, D), device=DEV, dtype=torch.bfloat16, generator=gen).requires_grad_() for _ in range(2))
+    go = torch.randn((B, H, T, D), device=DEV, dtype=torch.bfloat16, generator=gen)
+    return (B, H, Hkv, D, T), q, k, v, go
+
+
 def timed(fn) -> dict[str, float]:
     ms = gpu_ms(fn)
     return {"ms": ms, "sync_ms": sync_ms(fn, ms)}
@@ -136,17 +154,12 @@ def main() -> int:
         print(table(json.loads(Path(args.table).read_text())))
         return 0
     t0 = time.time()
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-           "cmd": " ".join(sys.argv), "timing": "ms: back to back (do_bench median); sync_ms: synchronized after "
-           "every call (median wall)", "rows": []}  # fmt: skip
+    res = run_header(timing="ms: back to back (do_bench median); sync_ms: synchronized after every call (median wall)",
+                     rows=[])  # fmt: skip
     path = Path(args.out) / f"bench_{args.tag}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     for shape in args.shapes.split(";"):
-        B, H, Hkv, D, T = map(int, shape.split(","))
-        gen = torch.Generator(DEV).manual_seed(0)
-        q = torch.randn((B, H, T, D), device=DEV, dtype=torch.bfloat16, generator=gen).requires_grad_()
-        k, v = (torch.randn((B, Hkv, T, D), device=DEV, dtype=torch.bfloat16, generator=gen).requires_grad_() for _ in range(2))
-        go = torch.randn((B, H, T, D), device=DEV, dtype=torch.bfloat16, generator=gen)
+        (B, H, Hkv, D, T), q, k, v, go = bf16_inputs(shape)
         flops_fwd = 4 * D * (T * (T + 1) // 2) * B * H
         base = {"B": B, "H": H, "Hkv": Hkv, "D": D, "T": T}
         cudnn = {}

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tilesparse as ts
@@ -30,7 +29,7 @@ from tilesparse.backends.triton.op import override_config, parse_overrides, spar
 from tilesparse.ir import tile_stats
 
 # the model-shape benchmark's patterns and timers (this directory is on sys.path when a script here runs)
-from bench_models import PATTERNS, gpu_ms, kernel_ms
+from bench_models import PATTERNS, bf16_inputs, gpu_ms, kernel_ms, run_header
 
 DEV = torch.device("cuda")
 
@@ -69,14 +68,9 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.time()
     configs = parse_overrides(args.configs)
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-           "cmd": " ".join(sys.argv), "rows": [], "sdpa": []}  # fmt: skip
+    res = run_header(rows=[], sdpa=[])
     for shape in args.shapes.split(";"):
-        B, H, Hkv, D, T = map(int, shape.split(","))
-        g = torch.Generator(DEV).manual_seed(0)
-        q = torch.randn((B, H, T, D), device=DEV, dtype=torch.bfloat16, generator=g).requires_grad_()
-        k, v = (torch.randn((B, Hkv, T, D), device=DEV, dtype=torch.bfloat16, generator=g).requires_grad_() for _ in range(2))
-        go = torch.randn((B, H, T, D), device=DEV, dtype=torch.bfloat16, generator=g)
+        (B, H, Hkv, D, T), q, k, v, go = bf16_inputs(shape)
         fl_fwd = 4 * D * causal_elems(T) * B * H
         if not args.no_sdpa:
             for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):

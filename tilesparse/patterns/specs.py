@@ -13,7 +13,19 @@ from collections.abc import Callable
 from typing import Annotated, ClassVar, Literal, Union
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr, TypeAdapter, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+)
 from torch import Tensor
 
 from .criteria import get_criterion
@@ -35,6 +47,20 @@ __all__ = [
 # fields take their values as given: no coercion (Hash(buckets=True) is not one bucket, and
 # attend_self="no" is not True); a float field accepts an int
 StrictFloat = Annotated[float, Strict()]
+
+
+def _in_range(lo: float, hi: float, meaning: str = "", *, above_lo: bool = False) -> AfterValidator:
+    """A field's range, checked after its type: ``lo <= v <= hi`` (``lo < v`` with ``above_lo``),
+    else an error naming the field, the range, what the field means and the value received."""
+    interval = f"{'(' if above_lo else '['}{lo}, {hi}]"
+
+    def check(v, info: ValidationInfo):
+        if not ((lo < v if above_lo else lo <= v) and v <= hi):
+            raise ValueError(f"{info.field_name} must be in {interval}{meaning}, got {v}")
+        return v
+
+    return AfterValidator(check)
+
 
 MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 """(b, h, i, j) -> bool, over broadcastable index tensors: True keeps element (i, j)."""
@@ -159,17 +185,10 @@ class QKDrop(_CriterionSpec):
     """
 
     kind: Literal["qk_drop"] = "qk_drop"
-    keep: StrictFloat = 0.7
+    keep: Annotated[StrictFloat, _in_range(0, 1, " (the fraction of tokens kept)", above_lo=True)] = 0.7
     criterion: StrictStr = "bernoulli"
     produces: ClassVar[str] = "keep"
     criterion_fields: ClassVar[tuple[str, ...]] = ("keep",)
-
-    @field_validator("keep")
-    @classmethod
-    def _keep_range(cls, v: float) -> float:
-        if not 0.0 < v <= 1.0:
-            raise ValueError(f"keep must be in (0, 1] (the fraction of tokens kept), got {v}")
-        return v
 
     def mask_mod(self, dec: Decisions, q_offset: int = 0) -> MaskMod:
         qk, kk = dec.q_keep, dec.k_keep
@@ -184,18 +203,11 @@ class Hash(_CriterionSpec):
     """
 
     kind: Literal["hash"] = "hash"
-    buckets: StrictInt = 16
+    buckets: Annotated[StrictInt, _in_range(1, 65536)] = 16
     criterion: StrictStr = "lsh"
     attend_self: StrictBool = True
     produces: ClassVar[str] = "bucket"
     criterion_fields: ClassVar[tuple[str, ...]] = ("buckets",)
-
-    @field_validator("buckets")
-    @classmethod
-    def _buckets_range(cls, v: int) -> int:
-        if not 1 <= v <= 65536:
-            raise ValueError(f"buckets must be in [1, 65536], got {v}")
-        return v
 
     def mask_mod(self, dec: Decisions, q_offset: int = 0) -> MaskMod:
         qb, kb = dec.q_bucket, dec.k_bucket
@@ -210,17 +222,10 @@ class TopKFeatures(_CriterionSpec):
     sparsified vectors. V stays dense; gradients reach only the kept entries of q and k."""
 
     kind: Literal["topk_features"] = "topk_features"
-    k: StrictInt = 8
+    k: Annotated[StrictInt, _in_range(1, 256, " (features kept per token, at most D)")] = 8
     criterion: StrictStr = "topk_abs"
     produces: ClassVar[str] = "support"
     criterion_fields: ClassVar[tuple[str, ...]] = ("k",)
-
-    @field_validator("k")
-    @classmethod
-    def _k_range(cls, v: int) -> int:
-        if not 1 <= v <= 256:
-            raise ValueError(f"k must be in [1, 256] (features kept per token, at most D), got {v}")
-        return v
 
     def supports(self, dec: Decisions) -> tuple[Tensor, Tensor]:
         return dec.q_support, dec.k_support

@@ -103,6 +103,32 @@ def test_sdpa_keywords_with_decisions_made_in_the_call_trace_without_graph_break
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
 
 
+def test_an_op_with_its_own_generator_decides_in_an_op_cuda_graphs_leave_out():
+    """torch.compile's CUDA graphs replay the draws of torch's default generators only, so a
+    seeded op's decisions come from ``decide_seeded``, tagged cudagraph_unsafe; a plain op's
+    from ``decide``. Both give the eager result."""
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    q, k, v = (torch.randn(1, 2, 40, 16) for _ in range(3))
+    for seed, want_op in ((3, "tilesparse.decide_seeded"), (None, "tilesparse.decide")):
+        attn = ts.compile(ts.Hash(buckets=4), causal=True, backend="executor", seed=seed)
+        attn.resample = False  # the same draws every call (seed given) so eager and compiled agree
+        graphs.clear()
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        got = torch.compile(lambda q, k, v: attn(q, k, v), fullgraph=True, backend=counting)(q, k, v)
+        torch.manual_seed(0)
+        torch.testing.assert_close(got, attn(q, k, v))
+        ops = {str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"}
+        assert want_op in ops and not ({"tilesparse.decide", "tilesparse.decide_seeded"} - {want_op}) & ops
+    assert torch.Tag.cudagraph_unsafe in torch.ops.tilesparse.decide_seeded.default.tags
+    assert torch.Tag.cudagraph_unsafe not in torch.ops.tilesparse.decide.default.tags
+
+
 def test_a_training_loop_neither_replans_nor_recompiles():
     attn = ts.compile(ts.QKDrop(keep=0.5), backend="reference")
     model = Block(attn)

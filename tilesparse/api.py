@@ -335,7 +335,9 @@ class CompiledAttention:
         ``self._key`` at run time."""
         names = library.decision_names(self.spec)
         if decisions is None:
-            tensors = torch.ops.tilesparse.decide(q, k, self._key) if names else []
+            # an op with its own generator draws outside CUDA graphs (library.decide_seeded)
+            decide = torch.ops.tilesparse.decide if self.seed is None else torch.ops.tilesparse.decide_seeded
+            tensors = decide(q, k, self._key) if names else []
             trusted = not self._user_criteria  # a user criterion's ids: checked by the op
         else:
             tensors = [getattr(decisions, n) for n in names]

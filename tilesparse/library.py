@@ -1,11 +1,12 @@
 """The compiled op as ``torch.library`` custom ops, so ``torch.compile(fullgraph=True)`` traces a
 model that calls it without graph breaks.
 
-Two ops, both opaque to the compiler:
+The ops, opaque to the compiler:
 
 - ``tilesparse::decide(q, k, key) -> Tensor[]``: the spec's decisions (its fields in
   ``DECISION_FIELDS`` order); its fake implementation runs the criteria on fake tensors, so
-  shapes and dtypes are the real ones;
+  shapes and dtypes are the real ones (``tilesparse::decide_seeded``: the same for an op with
+  its own generator, tagged ``cudagraph_unsafe``);
 - ``tilesparse::attention(q, k, v, decisions, key, trusted, scale, key_padding_mask,
   document_ids, max_documents) -> Tensor``: the planned call, with the SDPA-style arguments
   of :mod:`tilesparse.sdpa_call` where the call has them (what the transformers integration
@@ -74,6 +75,15 @@ def _decide(q: Tensor, k: Tensor, key: str) -> list[Tensor]:
 
 decide = torch.library.custom_op("tilesparse::decide", _decide, mutates_args=())
 decide.register_fake(_decide)  # the criteria are torch ops: on fake tensors they give the real shapes
+
+# The same for an op that owns its generator (``seed``): a CUDA graph replays only the draws of
+# generators registered with it, which torch.compile's CUDA graphs do for torch's default
+# generators alone, so this op is marked unsafe to capture: under mode="reduce-overhead" it
+# runs outside the graphs (the rest is still captured where inductor partitions the graph)
+decide_seeded = torch.library.custom_op(
+    "tilesparse::decide_seeded", _decide, mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,)
+)
+decide_seeded.register_fake(_decide)
 
 
 def _attention(

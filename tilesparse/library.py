@@ -22,7 +22,6 @@ recomputation): ``CompiledAttention.__call__`` takes this path only while dynamo
 import contextlib
 import itertools
 import weakref
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -86,57 +85,51 @@ decide_seeded = torch.library.custom_op(
 decide_seeded.register_fake(_decide)
 
 
-def _attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    decisions: list[Tensor],
-    key: str,
-    trusted: bool,
-    scale: Optional[float],
-    key_padding_mask: Optional[Tensor],
-    document_ids: Optional[Tensor],
-    max_documents: Optional[int],
-) -> Tensor:
+# the attention op's arguments, written once for it and its backward (an explicit schema: the
+# functions below take the SDPA-style tail as *call)
+_ATTENTION_ARGS = (
+    "Tensor q, Tensor k, Tensor v, Tensor[] decisions, str key, bool trusted, "
+    "float? scale, Tensor? key_padding_mask, Tensor? document_ids, int? max_documents"
+)
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, decisions: list[Tensor], key: str, trusted: bool, *call) -> Tensor:
+    """``call``: scale, key_padding_mask, document_ids, max_documents (None where not given)."""
     attn = _attn(key)
     dec = to_decisions(decision_names(attn.spec), decisions)
     if trusted:
         dec = dec.trusted(attn.spec)
     dec = dec if decisions else None
-    call = SdpaCall(scale=scale, key_padding_mask=key_padding_mask, document_ids=document_ids, max_documents=max_documents)
+    scale, key_padding_mask, document_ids, max_documents = call
+    sdpa = SdpaCall(scale=scale, key_padding_mask=key_padding_mask, document_ids=document_ids, max_documents=max_documents)
     with no_autocast(q.device):
-        if call.plain:
+        if sdpa.plain:
             return attn._eager(q, k, v, dec, None, keep_last=False).contiguous()
-        return run_sdpa_call(attn, q, k, v, call, dec, None, keep_last=False).contiguous()
+        return run_sdpa_call(attn, q, k, v, sdpa, dec, None, keep_last=False).contiguous()
 
 
-attention = torch.library.custom_op("tilesparse::attention", _attention, mutates_args=())
+attention = torch.library.custom_op(
+    "tilesparse::attention", _attention, mutates_args=(), schema=f"({_ATTENTION_ARGS}) -> Tensor"
+)
 
 
 @attention.register_fake
-def _attention_fake(q, k, v, decisions, key, trusted, scale, key_padding_mask, document_ids, max_documents):
+def _attention_fake(q, k, v, *rest):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op("tilesparse::attention_backward", mutates_args=())
-def attention_backward(
-    grad: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    decisions: list[Tensor],
-    key: str,
-    trusted: bool,
-    scale: Optional[float],
-    key_padding_mask: Optional[Tensor],
-    document_ids: Optional[Tensor],
-    max_documents: Optional[int],
-) -> tuple[Tensor, Tensor, Tensor]:
+def _attention_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, *rest) -> tuple[Tensor, Tensor, Tensor]:
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     with _autograd_on():
-        out = _attention(*leaves, decisions, key, trusted, scale, key_padding_mask, document_ids, max_documents)
+        out = _attention(*leaves, *rest)
     dq, dk, dv = torch.autograd.grad(out, leaves, grad)
     return dq.contiguous(), dk.contiguous(), dv.contiguous()
+
+
+attention_backward = torch.library.custom_op(
+    "tilesparse::attention_backward", _attention_backward, mutates_args=(),
+    schema=f"(Tensor grad, {_ATTENTION_ARGS}) -> (Tensor, Tensor, Tensor)",
+)  # fmt: skip
 
 
 @attention_backward.register_fake

@@ -101,7 +101,7 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, decisions: list[Tensor], key: st
         dec = dec.trusted(attn.spec)
     dec = dec if decisions else None
     scale, key_padding_mask, document_ids, max_documents = call
-    sdpa = SdpaCall(scale=scale, key_padding_mask=key_padding_mask, document_ids=document_ids, max_documents=max_documents)
+    sdpa = SdpaCall(scale, key_padding_mask, document_ids, max_documents=max_documents)
     with no_autocast(q.device):
         if sdpa.plain:
             return attn._eager(q, k, v, dec, None, keep_last=False).contiguous()

@@ -147,7 +147,7 @@ def test_per_layer_specs_and_training_resamples():
 
 
 def test_the_mask_builder_hands_over_key_padding_and_sdpa_masks_for_the_rest():
-    from transformers.masking_utils import and_masks, causal_mask_function, sdpa_mask
+    from transformers.masking_utils import and_masks, bidirectional_mask_function, causal_mask_function, sdpa_mask
 
     from tilesparse.integrations.transformers import padding_mask
 
@@ -155,6 +155,12 @@ def test_the_mask_builder_hands_over_key_padding_and_sdpa_masks_for_the_rest():
     pad[1, :2] = False
     kw = dict(batch_size=2, q_length=6, kv_length=6, attention_mask=pad)
     assert torch.equal(padding_mask(**kw, mask_function=causal_mask_function), pad)
+    # under a bidirectional mask: (B, 1, Tk), so the attention function can check the module's causality
+    assert torch.equal(padding_mask(**kw, mask_function=bidirectional_mask_function), pad[:, None])
+    assert torch.equal(key_padding_from_mask(pad[:, None], causal=False, batch=2, q_len=6, k_len=6), pad)
+    for mask, causal in ((pad, False), (pad[:, None], True)):
+        with pytest.raises(ValueError, match="mask but the attention module has is_causal"):
+            key_padding_from_mask(mask, causal=causal, batch=2, q_len=6, k_len=6)
     assert padding_mask(**{**kw, "attention_mask": None}, mask_function=causal_mask_function) is None
     # one query at the end of a cache: the same fast path
     assert torch.equal(padding_mask(**{**kw, "q_length": 1, "q_offset": 5}, mask_function=causal_mask_function), pad)

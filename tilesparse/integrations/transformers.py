@@ -15,9 +15,9 @@ causality and padding). Per call it takes what the model passes:
 - grouped-query attention: k and v stay (B, Hkv, T, D), never repeated;
 - causality: the module's ``is_causal`` (or the ``is_causal`` keyword) picks a causal or a
   non-causal op;
-- the attention mask: the (B, T) key padding, or a boolean (B, 1, T, T) mask that is key
-  padding AND causality (what ``sdpa_mask`` builds for a padded batch; checked on the host, a
-  synchronization), becomes the op's exact ``key_padding_mask``; any
+- the attention mask: the key padding (from :func:`padding_mask`), or a boolean (B, 1, T, T)
+  mask that is key padding AND causality (what ``sdpa_mask`` builds for a padded batch;
+  checked on the host, a synchronization), becomes the op's exact ``key_padding_mask``; any
   other mask (packed sequences found from ``position_ids``, chunked or bidirectional parts) is
   refused, naming what differs. A row whose keys are all padding outputs zeros;
 - dropout: p > 0 is refused (the op has no attention dropout; set ``attention_dropout=0``);
@@ -137,11 +137,13 @@ def padding_mask(
 
     Where the model's mask is plain causality or no mask at all (no sliding window, no packed
     sequences, no extra mask function) and the queries are the last ``q_length`` of the
-    ``kv_length`` keys, it returns the (B, Tk) key-padding mask itself, or None without
-    padding: the op applies causality and padding as predicates, so no (Tq, Tk) mask is built
-    and nothing is read back to check one (under ``torch.compile`` too, where transformers
-    never skips building SDPA's mask). Anything else gets SDPA's boolean 4D mask, which the
-    attention function checks and refuses unless it is key padding AND causality.
+    ``kv_length`` keys, it returns the key-padding mask itself, (B, Tk) under a causal mask and
+    (B, 1, Tk) under a bidirectional one (so the attention function can check the module's
+    causality against it), or None without padding: the op applies causality and padding as
+    predicates, so no (Tq, Tk) mask is built and nothing is read back to check one (under
+    ``torch.compile`` too, where transformers never skips building SDPA's mask). Anything else
+    gets SDPA's boolean 4D mask, which the attention function checks and refuses unless it is
+    key padding AND causality.
     """
     from transformers.masking_utils import (
         bidirectional_mask_function,
@@ -151,10 +153,15 @@ def padding_mask(
     )
 
     mask_function = causal_mask_function if mask_function is None else mask_function
-    aligned = kv_offset == 0 and (mask_function is bidirectional_mask_function or q_offset + q_length == kv_length)
-    if (mask_function is causal_mask_function or mask_function is bidirectional_mask_function) and local_size is None and aligned:
+    causal = mask_function is causal_mask_function
+    plain = causal or mask_function is bidirectional_mask_function
+    aligned = kv_offset == 0 and (not causal or q_offset + q_length == kv_length)
+    if plain and local_size is None and aligned:
         pad = prepare_padding_mask(attention_mask, kv_length, kv_offset)
-        return None if pad is None else pad[:, :kv_length].to(torch.bool)
+        if pad is None:
+            return None
+        pad = pad[:, :kv_length].to(torch.bool)
+        return pad if causal else pad[:, None, :]
     return sdpa_mask(
         batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask, local_size, **kwargs
     )  # fmt: skip
@@ -189,10 +196,18 @@ def key_padding_from_mask(mask: Tensor | None, *, causal: bool, batch: int, q_le
             f"attention mask of dtype {getattr(mask, 'dtype', type(mask).__name__)}: expected a boolean mask "
             "from the mask builder register() installs (padding_mask)"
         )
-    if mask.dim() == 2:  # key padding itself (padding_mask's fast path)
-        if tuple(mask.shape) != (batch, k_len):
+    if mask.dim() in (2, 3):  # key padding itself (padding_mask): (B, Tk) causal, (B, 1, Tk) bidirectional
+        built_causal = mask.dim() == 2
+        if built_causal != causal:
+            built, other = ("causal", "bidirectionally") if built_causal else ("bidirectional", "causally")
+            raise ValueError(
+                f"the model built a {built} mask but the attention module has is_causal={causal}: "
+                f"the op would attend {other}"
+            )
+        kpm = mask if built_causal else mask[:, 0]
+        if tuple(kpm.shape) != (batch, k_len):
             raise ValueError(f"key-padding mask of shape {tuple(mask.shape)}: expected (B={batch}, Tk={k_len})")
-        return mask.contiguous()
+        return kpm.contiguous()
     if mask.dim() != 4 or tuple(mask.shape[1:]) != (1, q_len, k_len) or mask.shape[0] not in (1, batch):
         raise ValueError(
             f"attention mask of shape {tuple(mask.shape)}: expected (B={batch}, 1, Tq={q_len}, Tk={k_len})"

@@ -34,6 +34,16 @@ SPECS = [
 ]
 
 
+def _recording(graphs: list):
+    """A dynamo backend that records each graph it is given into ``graphs`` and runs it as is."""
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    return backend
+
+
 def Block(attn, seed=0):
     torch.manual_seed(seed)
     return AttentionBlock(attn, heads=2, head_dim=16)
@@ -108,10 +118,7 @@ def test_an_op_with_its_own_generator_decides_in_an_op_cuda_graphs_leave_out():
     seeded op's decisions come from ``decide_seeded``, tagged cudagraph_unsafe; a plain op's
     from ``decide``. Both give the eager result."""
     graphs = []
-
-    def counting(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
+    counting = _recording(graphs)
 
     q, k, v = (torch.randn(1, 2, 40, 16) for _ in range(3))
     for seed, want_op in ((3, "tilesparse.decide_seeded"), (None, "tilesparse.decide")):
@@ -133,10 +140,7 @@ def test_a_training_loop_neither_replans_nor_recompiles():
     attn = ts.compile(ts.QKDrop(keep=0.5), backend="reference")
     model = Block(attn)
     graphs = []
-
-    def counting(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
+    counting = _recording(graphs)
 
     step = torch.compile(model, fullgraph=True, backend=counting)
     x = torch.randn(1, 32, 32)

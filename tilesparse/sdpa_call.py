@@ -208,7 +208,9 @@ def _documents(attn, call: SdpaCall, inputs) -> tuple[Tensor | None, int, Tensor
     return fields["document_ids"], document_count_of(n - 1), poison
 
 
-def run_sdpa_call(attn, q: Tensor, k: Tensor, v: Tensor, call: SdpaCall, decisions, generator, *, keep_last: bool = True):
+def run_sdpa_call(
+    attn, q: Tensor, k: Tensor, v: Tensor, call: SdpaCall, decisions, generator, *, keep_last: bool = True
+):
     """``attn(q, k, v)`` under ``call``: the output, and (out, lse) when ``call.return_lse``
     (``keep_last``: as for ``CompiledAttention._eager``; not inside a custom op)."""
     scale = call.scale if call.scale is not None else attn.scale

@@ -13,7 +13,8 @@ previous T (x (T'/T)^2) is over a per-measurement cap. Index build: Hash(buckets
 with QKDrop) at T = 4k, 16k and 64k, B=1, H=8, D=128, each build as a whole call (host time
 included): LSH as torch ops + torch prepare or + Triton's build; the ``lsh`` criterion alone
 (one kernel on CUDA); the Triton, CuPy and torch builds with the buckets given; and the CuPy
-build hashing in its first launch (two launches in all). ``--index-only`` runs only these.
+build hashing in its first launch (two launches in all); and the Triton build after its own
+hashing launch. ``--index-only`` runs only these.
 
 Writes DIR/bench_features.json and DIR/bench_features.png; prints a compact table last.
 """
@@ -128,6 +129,7 @@ def _fn(call, q, k, v, go, mode):
 
 def index_rows(budget_end: float, quick: bool) -> list[dict]:
     from tilesparse.backends.cupy import index as cindex
+    from tilesparse.backends.triton.hashing import hash_into
     from tilesparse.backends.triton.index import build_group as triton_build
 
     rows = []
@@ -151,8 +153,13 @@ def index_rows(budget_end: float, quick: bool) -> list[dict]:
                 qb, kb = lsh_matmul(q, k, rot.to(q.dtype), buckets)
                 return ts.Decisions(q_bucket=qb, k_bucket=kb, **keep)
 
-            # the op's lsh decisions (the criterion's draw; on CUDA with cupy, the CuPy builder's
-            # one hashing launch): the cost model's "lsh" line
+            def triton_lsh():  # the Triton builder's hashing launch (what its fused build runs first)
+                qb, kb = (torch.empty((B, Hi, T), dtype=torch.int32, device=DEV) for _ in range(2))
+                hash_into(q, k, rot, buckets, qb, kb)
+                return ts.Decisions(q_bucket=qb, k_bucket=kb, **keep)
+
+            # the op's lsh decisions (the criterion's draw; on CUDA the Triton builder's hashing
+            # launch, lsh_hasher): the cost model's "lsh" line
             lsh = ts.compile(ts.Hash(buckets=buckets)).decide
             paths = {
                 "torch_lsh+prepare": lambda: ir.prepare_group(program, group, heads, torch_lsh(), heads=Hi, **kw),
@@ -162,6 +169,7 @@ def index_rows(budget_end: float, quick: bool) -> list[dict]:
                 "cupy_build(buckets given)": lambda: cindex.build_group(program, group, heads, dec0, n_heads=Hi, **kw),
                 "cupy_lsh+build": lambda: cindex.build_group(program, group, heads, ts.Decisions(**keep), n_heads=Hi,
                                                              q=q, k=k, rotations=rot, **kw),  # fmt: skip
+                "triton_lsh+build": lambda: triton_build(program, group, heads, triton_lsh(), n_heads=Hi, **kw),
                 "torch_prepare(buckets given)": lambda: ir.prepare_group(program, group, heads, dec0, heads=Hi, **kw),
             }
             row = {"T": T, "spec": str(spec), "B": B, "H": Hi, "D": D}

@@ -241,6 +241,7 @@ def test_readme_index_build_table_is_the_committed_json():
         "Triton build, buckets given": "triton_build(buckets given)",
         "CuPy build, buckets given": "cupy_build(buckets given)",
         "CuPy build hashing itself": "cupy_lsh+build",
+        "Triton hashing launch + Triton build": "triton_lsh+build",
     }
     assert header[:2] == ["T", "build"] and header[2:] == list(columns)
     specs = {"Hash 16": "Hash()", "Hash 16 + QKDrop 0.7": "Hybrid(parts=[Hash(), QKDrop()])"}

@@ -146,3 +146,54 @@ def test_index_building_matches_torch_prepare(T, spec):
     cfg = tile_config(64, torch.bfloat16, DEVICE)
     for causal in (True, False):
         assert_same_index_tensors(build_group, spec, dec, shape, causal=causal, blocks=(cfg.block_q, cfg.block_k), device=DEVICE)
+
+
+@pytest.mark.parametrize("buckets", [8, 16, 64, 255])
+def test_lsh_kernel_takes_the_argmax_at_scale(buckets):
+    """The Triton hashing kernel at a real model's shape (B=1, H=32, Hkv=8, D=128, T=16,384,
+    bf16): every bucket an argmax of [xR, -xR'] up to the fp32 rounding of the projection,
+    and nearly all the criterion's torch ops' own (the rest near-ties, hashing.py)."""
+    from tilesparse.backends.triton.hashing import hash_into
+    from tilesparse.patterns.criteria import lsh_matmul, lsh_rotation
+
+    B, H, Hkv, D, T = 1, 32, 8, 128, 16384
+    g = torch.Generator(DEVICE).manual_seed(buckets)
+    q = torch.randn(B, H, T, D, device=DEVICE, dtype=torch.bfloat16, generator=g)
+    k = torch.randn(B, Hkv, T, D, device=DEVICE, dtype=torch.bfloat16, generator=g)
+    rot = lsh_rotation(H, D, buckets, q.dtype, DEVICE, g).float()
+    qb, kb = (torch.full((B, H, T), -1, dtype=torch.int32, device=DEVICE) for _ in range(2))
+    hash_into(q, k, rot, buckets, qb, kb)
+    k_heads = k.repeat_interleave(H // Hkv, dim=1)
+    want_q, want_k = lsh_matmul(q, k_heads, rot.to(q.dtype), buckets)
+    negated = buckets - rot.shape[-1]
+    for got, want, x in ((qb, want_q, q), (kb, want_k, k_heads)):
+        proj = torch.einsum("bhtd,hdc->bhtc", x.double(), rot.double())
+        dirs = torch.cat([proj, -proj[..., :negated]], dim=-1)
+        best = dirs.max(-1).values
+        chosen = dirs.gather(-1, got.long().unsqueeze(-1)).squeeze(-1)
+        assert bool((chosen >= best - 1e-4 * (1 + best.abs())).all()), "a bucket that is not the argmax"
+        assert (got == want).float().mean().item() > 0.99
+
+
+def test_a_call_hashing_in_the_triton_builder_matches_the_chunked_reference(monkeypatch):
+    """With CuPy's hashing refused (as on a machine without CuPy), a call that makes
+    its own Hash decisions hashes in the Triton builder and equals the reference under the
+    buckets ``attn.decide`` gives with the same generator (T = 16,384, GQA, D = 128)."""
+    from tilesparse.backends.cupy import index as cupy_index
+
+    monkeypatch.setattr(cupy_index, "hash_reasons", lambda *a: ["refused by the test"])
+    T, (B, H, Hkv, D) = 16384, (1, 8, 2, 128)
+    torch.manual_seed(1)
+    q = torch.randn((B, H, T, D), device=DEVICE, dtype=torch.bfloat16).requires_grad_()
+    k, v = (torch.randn((B, Hkv, T, D), device=DEVICE, dtype=torch.bfloat16).requires_grad_() for _ in range(2))
+    attn = ts.compile(ts.Hash(buckets=16), causal=True, backend="triton")
+    (a,) = attn.plan(q, k, v).assignments
+    assert a.fused_hash and a.builder.NAME == "triton"
+    out = attn(q, k, v, generator=torch.Generator(DEVICE).manual_seed(7))
+    dec = attn.decide(q, k, generator=torch.Generator(DEVICE).manual_seed(7))
+    go = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), go)
+    ref = _chunked_reference(attn, q, k, v, dec, go)
+    for name, x, y in zip(("out", "dq", "dk", "dv"), (out, *grads), ref, strict=True):
+        err = _rel_err(x, y)
+        assert err <= TOL[torch.bfloat16], f"{name}: max error {err:.2e}"

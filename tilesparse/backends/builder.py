@@ -9,7 +9,7 @@ what it cannot build in ``not_supported_reasons``.
 
 A :class:`HashingBuilder` can also hash the built-in ``lsh`` criterion's buckets, given the
 rotation the criterion drew (:class:`tilesparse.ir.hashing.LshHash`): alone (``hash``), or in
-the first launch of its build (``build_hashing``). :func:`lsh_hasher` names the builder that
+its build (``build_hashing``). :func:`lsh_hasher` names the builder that
 hashes a call's ``lsh`` buckets, so the op's decisions and a fused build agree bucket for bucket.
 
 Builders depend on the IR only; the planner reaches them through :data:`BUILDERS`.
@@ -64,7 +64,12 @@ class IndexBuilder(ABC):
 
 
 class HashingBuilder(IndexBuilder):
-    """A builder that can also hash the ``lsh`` criterion's buckets in its own launches."""
+    """A builder that can also hash the ``lsh`` criterion's buckets in its own launches;
+    ``HASHES`` says where its fused build hashes them (``explain()`` prints it)."""
+
+    HASHES: ClassVar[str] = "in its first launch"
+    # among the builders that should hash a call's buckets, the lowest rank hashes them
+    HASH_RANK: ClassVar[int] = 1
 
     @abstractmethod
     def hash_reasons(self, inputs: AttentionInputs, buckets: int) -> list[str]:
@@ -108,16 +113,17 @@ def register_builder(builder: IndexBuilder) -> IndexBuilder:
 
 
 def lsh_hasher(inputs: AttentionInputs, buckets: int) -> HashingBuilder | None:
-    """The builder that hashes a call's ``lsh`` buckets: the first registered one that should,
-    or None for the criterion's own torch ops (one bucket, queries shorter than keys, or the
-    fake tensors of a ``torch.compile`` trace, which have no memory for a kernel)."""
+    """The builder that hashes a call's ``lsh`` buckets: of the registered ones that should, the
+    lowest ``HASH_RANK`` (the first registered among equals), or None for the criterion's own
+    torch ops (one bucket, queries shorter than keys, or the fake tensors of a
+    ``torch.compile`` trace, which have no memory for a kernel)."""
     if buckets <= 1 or inputs.q_len != inputs.k_len or is_fake(inputs.q):
         return None
-    for b in BUILDERS.values():
-        if isinstance(b, HashingBuilder) and inputs.device.type in b.SUPPORTED_DEVICES:
-            if not b.hash_reasons(inputs, buckets):
-                return b
-    return None
+    willing = [
+        b for b in BUILDERS.values()
+        if isinstance(b, HashingBuilder) and inputs.device.type in b.SUPPORTED_DEVICES and not b.hash_reasons(inputs, buckets)
+    ]  # fmt: skip
+    return min(willing, key=lambda b: b.HASH_RANK, default=None)
 
 
 register_builder(TorchBuilder())

@@ -44,6 +44,7 @@ INDEX_PATHS = {
     "triton_build(buckets given)": "triton",
     "cupy_build(buckets given)": "cupy",
     "cupy_lsh+build": "cupy+lsh",
+    "triton_lsh+build": "triton+lsh",
     "lsh_criterion": "lsh",
 }
 

@@ -25,9 +25,11 @@ Then, for a group whose backend reads index tensors, it picks the index builder
 lines of the cost model: the backend's own (``INDEX_BUILDER``: Triton's kernels, CuPy's, or
 the IR's torch code) or, with ``backend="auto"``, any other registered builder that can build
 the group and is cheaper. When the op makes the decisions itself with the ``lsh`` criterion,
-the builder that hashes its buckets (``lsh_hasher``: CuPy, where its kernel is faster than
-torch) may hash them in its build's first launch (``fused_hash``), priced against the
-criterion's own launch plus another build; a forced backend gets its own builder.
+the builder that hashes its buckets (``lsh_hasher``: CuPy where its kernel is faster than
+torch, else Triton's hashing kernel on CUDA) may hash them as part of its build
+(``fused_hash``: CuPy in its first launch, Triton in a launch before its build), priced against
+the criterion's own launch plus another build where the cost model has a line for it; a forced
+backend gets its own builder.
 
 A backend's and a builder's stage chains (``FUSIONS``) are contracted into one node of the
 graph each; every contraction is a recorded fusion. The graph's nodes, in a topological order, become the plan's
@@ -152,7 +154,7 @@ class Plan:
                 est = ", ".join(f"{n} {ms:.3g} ms" if ms < float("inf") else f"{n} not priced" for n, ms in a.costs)
                 lines.append(f"  estimated: {est}; visited tiles {100 * a.visited:.1f}%")
             if a.builder is not None:
-                fused = " (hashes the lsh buckets in its first launch)" if a.fused_hash else ""
+                fused = f" (hashes the lsh buckets {a.builder.HASHES})" if a.fused_hash else ""
                 lines.append(f"  index builder: {a.builder.NAME}{fused}")
             if len(a.index_costs) > 1:
                 est = ", ".join(f"{n} {ms:.3g} ms" for n, ms in a.index_costs)

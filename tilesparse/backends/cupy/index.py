@@ -80,7 +80,7 @@ def hash_reasons(device_type: str, D: int, buckets: int, tokens: int) -> list[st
     if work > LSH_MAX_WORK:
         reasons.append(
             f"{work:.3g} multiply-adds of projection > {LSH_MAX_WORK:.3g}: past that, torch's matmul (tensor "
-            "cores) hashes faster than this kernel (benchmarks/results/bench_index_h200.json)"
+            "cores, benchmarks/results/bench_index_h200.json) and Triton's hashing kernel hash faster than this one"
         )
     if _count_smem(buckets, D, hashing=True) > SHARED_LIMIT:
         reasons.append(f"the rotation of {buckets} buckets at D={D} does not fit in shared memory")

@@ -1,21 +1,27 @@
 """The Triton index builder: layout and ranges in three or four launches (``index.py``) instead of the
-IR's torch ops."""
+IR's torch ops; on CUDA it also hashes the ``lsh`` criterion's buckets in one launch of its own
+(``hashing.py``), ahead of the CuPy builder (``HASH_RANK``)."""
 
 from __future__ import annotations
 
 from ...ir import AttentionInputs, HeadGroup, PreparedGroup, Program
-from ..builder import BUILDERS, IndexBuilder
+from ...ir.hashing import LshHash
+from ..builder import BUILDERS, HashingBuilder
 from .availability import HAVE_TRITON, triton_reasons
 
 __all__ = ["TritonBuilder"]
 
 
-class TritonBuilder(IndexBuilder):
+class TritonBuilder(HashingBuilder):
     """A counting sort by bucket and one block pass per side, in Triton kernels. With queries
     shorter than keys (Tq < Tk) it builds with the IR's torch ops: the kernels take one length
     for both sides."""
 
     NAME = "triton"
+    HASHES = "in a launch of its own, before its build"
+    # ahead of CuPy's hashing: its kernel took 0.044-0.17 ms where CuPy's took 0.24-0.53 and
+    # torch's ops 0.20-1.88, every shape measured (benchmarks/results/probe_lsh_h200.json)
+    HASH_RANK = 0
     SUPPORTED_DEVICES = ("cuda", "cpu")
     # sort keys, one sort and one block pass per side: layout and ranges together
     FUSIONS = (("layout", "ranges"),)
@@ -36,3 +42,27 @@ class TritonBuilder(IndexBuilder):
             program, group, heads, decisions,
             batch=inputs.batch, n_heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,
         )  # fmt: skip
+
+    def hash_reasons(self, inputs: AttentionInputs, buckets: int) -> list[str]:
+        if not HAVE_TRITON:
+            return triton_reasons(inputs)
+        from .hashing import lsh_hash_reasons
+        from .op import interpreting
+
+        reasons = triton_reasons(inputs) + lsh_hash_reasons(inputs.device.type, inputs.head_dim, buckets, interpreting())
+        if inputs.q_len != inputs.k_len:
+            reasons.append(f"queries shorter than keys ({inputs.q_len} < {inputs.k_len}): the kernel takes one length")
+        return reasons
+
+    def hash(self, inputs: AttentionInputs, lsh: LshHash) -> None:
+        """One launch: every head's buckets, both sides."""
+        from .hashing import hash_into
+
+        hash_into(inputs.q, inputs.k, lsh.rotations, lsh.buckets, lsh.q_bucket, lsh.k_bucket)
+
+    def build_hashing(
+        self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs, lsh: LshHash
+    ) -> PreparedGroup:
+        """The hashing launch, then :meth:`build` (its sort reads the buckets just written)."""
+        self.hash(inputs, lsh)
+        return self.build(program, group, heads, decisions, inputs)

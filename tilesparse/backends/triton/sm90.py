@@ -255,7 +255,8 @@ def _kernels(dtype: torch.dtype, head_dim: int, flag_sets, cfg: TileConfig) -> l
 
 def index_variants() -> list[tuple[str, dict]]:
     """The index-building kernels (index.py) as (kernel name, constexprs): every switch and
-    category padding from 2 (drop only) to 128 (64 buckets and dropped rows)."""
+    category padding from 2 (drop only) to 128 (64 buckets and dropped rows); and the ``lsh``
+    hashing kernel (hashing.py) at D = 64, 128 and 256, 16-bit and fp32."""
     from . import index
 
     out = []
@@ -268,6 +269,10 @@ def index_variants() -> list[tuple[str, dict]]:
         if cat_pad <= index._FUSED_SCAN:
             fused = dict(FUSED_SCAN=True, CHUNKS_PAD=index._FUSED_SCAN // cat_pad)
             out.append(("_scatter_sorted", dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block, **fused)))
+    for d, half, precision in ((64, 8, "tf32"), (128, 32, "tf32"), (256, 128, "tf32"), (128, 32, "tf32x3")):
+        block_t = 64 if d > 128 or precision == "tf32x3" else 128  # as hashing.hash_into picks it
+        out.append(("_lsh_hash", dict(HEAD_DIM=d, HALF=half, NEGATED=half - 1, BLOCK_T=block_t,
+                                      BLOCK_D=d, BLOCK_H=max(16, half), PRECISION=precision)))  # fmt: skip
     for causal, strict, not_self, identity in ((True, False, False, False), (True, True, False, True), (False, False, True, False)):
         out.append(("_build_sides", dict(
             Q_SENTINEL=QUERY_SENTINEL, K_SENTINEL=KEY_SENTINEL, Q_DROPPED=-1, K_DROPPED=-2, BLOCK_Q=128, BLOCK_K=64,
@@ -282,11 +287,13 @@ def compile_index_kernel(name: str, constexprs: dict):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from . import index
+    from . import hashing, index
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
-    fn = getattr(index, name)
-    inputs = {"Q_KEEP": "*i1", "K_KEEP": "*i1", "Q_BKT": "*i64", "K_BKT": "*i64"}
+    fn = getattr(hashing if name == "_lsh_hash" else index, name)
+    # the hashing kernel: q and k in the dtype its PRECISION names (tf32: 16-bit), the rotation fp32
+    data = "*bf16" if constexprs.get("PRECISION") == "tf32" else "*fp32"
+    inputs = {"Q_KEEP": "*i1", "K_KEEP": "*i1", "Q_BKT": "*i64", "K_BKT": "*i64", "Q": data, "K": data, "ROT": "*fp32"}
     sig = {
         n: "constexpr" if n in constexprs else inputs.get(n, "*i32") if n.isupper() else "i32" for n in fn.arg_names
     }

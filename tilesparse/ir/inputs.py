@@ -7,9 +7,15 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["SUPPORTED_DTYPES", "AttentionInputs", "check_inputs", "check_scale", "check_tensor_args"]
+__all__ = ["SUPPORTED_DTYPES", "AttentionInputs", "check_inputs", "check_scale", "check_tensor_args", "tensor_size"]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def tensor_size(field: str, dim: int, doc: str | None = None) -> property:
+    """A read-only property: the size of dimension ``dim`` of the tensor field ``field``, read
+    off the tensor each time, so that a size is never stored beside the tensor it describes."""
+    return property(lambda self: getattr(self, field).shape[dim], doc=doc)
 
 
 @dataclass(frozen=True, eq=False)
@@ -24,17 +30,13 @@ class AttentionInputs:
     v: Tensor
     scale: float
 
-    @property
-    def batch(self) -> int:
-        return self.q.shape[0]
-
-    @property
-    def heads(self) -> int:
-        return self.q.shape[1]
-
-    @property
-    def kv_heads(self) -> int:
-        return self.k.shape[1]
+    batch = tensor_size("q", 0)
+    heads = tensor_size("q", 1)
+    kv_heads = tensor_size("k", 1)
+    q_len = tensor_size("q", 2, "Tq, the query rows.")
+    k_len = tensor_size("k", 2, "Tk, the key rows: the sequence the queries are the last Tq positions of.")
+    seqlen = tensor_size("k", 2, "The sequence length: Tk (the keys); equal to :attr:`q_len` in training.")
+    head_dim = tensor_size("q", 3)
 
     @property
     def group(self) -> int:
@@ -42,28 +44,9 @@ class AttentionInputs:
         return self.heads // self.kv_heads
 
     @property
-    def q_len(self) -> int:
-        """Tq, the query rows."""
-        return self.q.shape[2]
-
-    @property
-    def k_len(self) -> int:
-        """Tk, the key rows: the sequence the queries are the last Tq positions of."""
-        return self.k.shape[2]
-
-    @property
-    def seqlen(self) -> int:
-        """The sequence length: Tk (the keys); equal to :attr:`q_len` in training."""
-        return self.k.shape[2]
-
-    @property
     def q_offset(self) -> int:
         """Tk - Tq: the absolute position of query row 0."""
         return self.k.shape[2] - self.q.shape[2]
-
-    @property
-    def head_dim(self) -> int:
-        return self.q.shape[3]
 
     @property
     def dtype(self) -> torch.dtype:

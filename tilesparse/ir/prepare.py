@@ -33,6 +33,7 @@ from torch import Tensor
 
 from ..patterns import Decisions
 from ..patterns.device_constants import device_constant
+from .inputs import tensor_size
 from .program import FeatureDotScore, HeadGroup, Keep, Layout, NotSelf, Program, SameBucket
 from .semantics import DROPPED_K_BUCKET, DROPPED_Q_BUCKET, KEY_SENTINEL, QUERY_SENTINEL
 
@@ -104,27 +105,15 @@ class PreparedGroup:
     q_support: Tensor | None = None
     k_support: Tensor | None = None
 
-    @property
-    def q_len(self) -> int:
-        """Tq, the query rows (``seqlen`` is Tk, the key rows)."""
-        return self.q_order.shape[2]
-
-    @property
-    def k_len(self) -> int:
-        return self.k_order.shape[2]
+    q_len = tensor_size("q_order", 2, "Tq, the query rows (``seqlen`` is Tk, the key rows).")
+    k_len = tensor_size("k_order", 2)
+    num_q_blocks = tensor_size("q_ranges", 2)
+    num_k_blocks = tensor_size("k_ranges", 2)
 
     @property
     def q_offset(self) -> int:
         """Tk - Tq: the absolute position of query row 0."""
         return self.k_order.shape[2] - self.q_order.shape[2]
-
-    @property
-    def num_q_blocks(self) -> int:
-        return self.q_ranges.shape[2]
-
-    @property
-    def num_k_blocks(self) -> int:
-        return self.k_ranges.shape[2]
 
     def __repr__(self) -> str:
         B, Hg, T = self.q_order.shape

@@ -3,9 +3,9 @@
     python -m tilesparse.planner.calibrate benchmarks/results/*.json
 
 reads every file it recognizes, fits one :class:`~tilesparse.planner.cost.BackendCost` per
-measured backend and device type, adds the priors below for what was never measured, writes
-``tilesparse/planner/costs.json`` (``--out`` elsewhere) and prints every measured row next to
-the model's estimate. Two row formats are read:
+measured backend and device type, adds the priors (``priors.json``) for what was never
+measured, writes ``tilesparse/planner/costs.json`` (``--out`` elsewhere) and prints every
+measured row next to the model's estimate. Two row formats are read:
 
 - the benchmark engine's (``tilesparse.bench.attention``: ``rows`` with ``backend``, ``ms.ours``,
   ``ms.prep``, ``visited_tiles``); the ``ours`` time is the chosen backend's whole call;
@@ -48,54 +48,11 @@ INDEX_PATHS = {
     "lsh_criterion": "lsh",
 }
 
-# What no benchmark measured. Every number says why it is what it is.
-PRIORS: dict[str, dict[str, dict]] = {
-    "cuda": {
-        "sdpa": {
-            "source": "prior: host floor of one torch op; fp32 has no flash kernel (memory-efficient one, ~6x)",
-            "skips_tiles": False,
-            "floor_ms": {"fwd": 0.03, "fwd_bwd": 0.08},
-            "dtype_factor": {"float32": 6.0},
-            "stages": {"attend": {"fwd": [0.03, 0.0045], "fwd_bwd": [0.08, 0.017]}},
-        },
-        "triton": {
-            "source": "prior: host work per call with decisions given, 0.42-0.59 ms forward and 1.31-1.42 ms "
-            "forward+backward (benchmarks/results/probe_host_h200.json); fp32 dots as tf32x3 (3 products)",
-            "skips_tiles": True,
-            "floor_ms": {"fwd": 0.45, "fwd_bwd": 1.3},
-            "dtype_factor": {"float32": 3.0},
-            "stages": {"prepare": {"fwd": [0.45, 0.0]}, "attend": {"fwd": [0.0, 0.006], "fwd_bwd": [0.6, 0.024]}},
-        },
-        "cupy": {
-            "source": "prior from benchmarks/results/bench_features_h200.json: the feature-intersection "
-            "kernels took 4.4-33x the Triton kernels' time on every measured TopKFeatures row (k 4-16, "
-            "D 64-256, T 4k-64k); priced at Triton's measured per-tile cost times 4.4, the smallest ratio",
-            "skips_tiles": True,
-            "floor_ms": {"fwd": 0.45, "fwd_bwd": 1.3},
-            "dtype_factor": {},
-            "stages": {"attend": {"fwd": [0.6, 0.0240], "fwd_bwd": [1.9, 0.108]}},
-        },
-        "reference": {
-            "source": "prior, not measured: ~30 torch ops of host work and ~16 passes over fp32 "
-            "(B, H, T, T) scores and mask at 4.8 TB/s (0.5 us a unit tile; backward 3x)",
-            "skips_tiles": False,
-            "floor_ms": {"fwd": 0.3, "fwd_bwd": 0.8},
-            "dtype_factor": {},
-            "stages": {"attend": {"fwd": [0.3, 0.5], "fwd_bwd": [0.8, 1.5]}},
-        },
-    },
-    "cpu": {
-        # the only automatic candidate on the CPU: the executor and the interpreted Triton
-        # kernels are models for tests, orders of magnitude slower, and have no entry
-        "reference": {
-            "source": "prior, not measured: fp32 matmuls at ~100 GFLOP/s on two cores (60 us a unit tile)",
-            "skips_tiles": False,
-            "floor_ms": {"fwd": 0.05, "fwd_bwd": 0.15},
-            "dtype_factor": {},
-            "stages": {"attend": {"fwd": [0.05, 60.0], "fwd_bwd": [0.15, 180.0]}},
-        },
-    },
-}
+# What no benchmark measured (priors.json): per device type and backend, the fields of a
+# BackendCost, each entry's "source" saying why its numbers are what they are. On the CPU the
+# reference is the only automatic candidate: the executor and the interpreted Triton kernels
+# are models for tests, orders of magnitude slower, and have no entry.
+PRIORS: dict[str, dict[str, dict]] = json.loads(Path(__file__).with_name("priors.json").read_text())
 
 
 def points_of(data: dict) -> list[dict]:

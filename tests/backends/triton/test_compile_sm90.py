@@ -2,12 +2,12 @@
 
 Catches what the interpreter accepts and the GPU compiler does not (dots under 16,
 non-power-of-two aranges, shared memory past the 227 KiB a block may use) and register spills
-inside the tile loops, read off the SASS. ``KNOWN_LOOP_SPILLS`` lists, per Triton release, the
-variants that spill today (fp32 at D >= 128: correct, slower; 16-bit variants whose spills were
-measured to cost less than the configuration they replaced), with the count measured when they
-were listed: the test fails if another variant spills, or a listed one gets worse. The
-sanitizing variants (inputs holding an inf or NaN) have their own list,
-``KNOWN_SANITIZE_LOOP_SPILLS``. The counts are measured for Triton 3.6 (torch 2.11's, which the
+inside the tile loops, read off the SASS. ``KNOWN_LOOP_SPILLS`` (read from loop_spills_sm90.json)
+lists, per Triton release, the variants that spill today (fp32 at D >= 128: correct, slower;
+16-bit variants whose spills were measured to cost less than the configuration they replaced),
+with the count measured when they were listed: the test fails if another variant spills, or a
+listed one gets worse. The sanitizing variants (inputs holding an inf or NaN) have their own
+list, ``KNOWN_SANITIZE_LOOP_SPILLS``. The counts are measured for Triton 3.6 (torch 2.11's, which the
 H200 results were measured with), 3.7 (torch 2.13's, what `make test` installs) and 3.9; on
 another release the spill test holds its counts to the nearest measured release below it (as
 versions.py does for defects): a compiler that spills more fails until its table is added. The test also fails
@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -31,16 +32,19 @@ import torch
 from tilesparse.backends.triton.sm90 import DROP_CAUSAL, SHARED_LIMIT, index_variants, variants
 from tilesparse.backends.triton.versions import installed_triton, nearest_measured
 
-# Triton release -> (kernel, dtype, head dim, gqa) -> the most in-loop LDL/STL over its flag
-# variants; a causal drop pattern's variants at D >= 128 (16-bit: the QKDrop rows the benchmarks
-# time) are keyed (kernel, dtype, head dim, gqa, "drop"), added on 2026-12-01 with the counts of
-# that day, so that the hash variants keep theirs. Each table is the output of
+# loop_spills_sm90.json: Triton release -> "unchanged" and "sanitizing" variants -> rows
+# [kernel, dtype, head dim, gqa, count], the most in-loop LDL/STL over a key's flag variants; a
+# causal drop pattern's variants at D >= 128 (16-bit: the QKDrop rows the benchmarks time) are
+# keyed [kernel, dtype, head dim, gqa, "drop", count], added on 2026-12-01 with the counts of that
+# day, so that the hash variants keep theirs. Each release's rows are the output of
 #   TRITON_INTERPRET=0 python -m tilesparse.backends.triton.sm90 --spill-tables
 # with that release installed: every variant of sm90.variants() compiled for sm_90 by Triton's
 # own ptxas, its SASS read by sm90._loop_spills (LDL/STL between a backward branch's target and
 # the branch), the variants with none left out. Triton 3.6 was measured on 2026-11-30 (its
 # counts were the basis of the tile configurations); 3.7.1 on 2026-12-01, from the same kernels,
-# for CI (no GPU has run 3.7: its counts catch a regression, they say nothing of speed).
+# for CI (no GPU has run 3.7: its counts catch a regression, they say nothing of speed); 3.9.0
+# (the newest release; torch 2.15's) on 2026-12-01 from the kernels with the GQA group as a
+# runtime argument (no GPU has run it either).
 #
 # Triton 3.6: each listed 16-bit variant spills a little inside its loops yet runs
 # faster on the H200 than the spill-free configuration it replaced (kernels alone, the
@@ -50,266 +54,37 @@ from tilesparse.backends.triton.versions import installed_triton, nearest_measur
 # tiles: forward+backward 42.5 vs 119.6 ms (dense, T=32,768). fp32 at D >= 128 spills heavily:
 # correct, slower, and not what the benchmarks time. The D=128 forward and dK/dV counts rose by
 # 3 and 1 when the unchanged variants began checking their output tiles for an inf or NaN
-# (kernels._flag_nonfinite; bench_models_targets_flag2_h200.json times them).
-_SPILLS_3_6 = {
-    ("dq", torch.bfloat16, 64, False): 34,
-    ("fwd", torch.bfloat16, 128, False): 64,
-    ("fwd", torch.float16, 128, False): 64,
-    ("dq", torch.bfloat16, 128, False): 21,
-    ("dq", torch.float16, 128, False): 21,
-    ("dkdv", torch.bfloat16, 128, False): 36,
-    ("dkdv", torch.bfloat16, 128, True): 36,
-    ("dkdv", torch.float16, 128, False): 36,
-    ("dkdv", torch.float16, 128, True): 36,
-    ("dkdv", torch.bfloat16, 256, False): 19,
-    ("dkdv", torch.bfloat16, 256, True): 19,
-    ("dkdv", torch.float16, 256, False): 19,
-    ("dkdv", torch.float16, 256, True): 19,
-    ("fwd", torch.float32, 128, False): 14,
-    ("dq", torch.float32, 128, False): 295,
-    ("dkdv", torch.float32, 128, False): 322,
-    ("dkdv", torch.float32, 128, True): 322,
-    ("fwd", torch.float32, 256, False): 834,
-    ("dq", torch.float32, 256, False): 11445,
-    ("dkdv", torch.float32, 256, False): 15095,  # +5 with the key-length argument (Tq <= Tk)
-    ("dkdv", torch.float32, 256, True): 15095,
-    # a causal drop pattern's variants at D >= 128 (QKDrop's timed path), measured 2026-12-01
-    ("fwd", torch.float16, 128, False, "drop"): 87,
-    ("dq", torch.float16, 128, False, "drop"): 12,
-    ("dkdv", torch.float16, 128, False, "drop"): 84,
-    ("dkdv", torch.float16, 128, True, "drop"): 84,
-    ("dkdv", torch.float16, 256, False, "drop"): 28,
-    ("dkdv", torch.float16, 256, True, "drop"): 28,
-    ("fwd", torch.bfloat16, 128, False, "drop"): 87,
-    ("dq", torch.bfloat16, 128, False, "drop"): 12,
-    ("dkdv", torch.bfloat16, 128, False, "drop"): 84,
-    ("dkdv", torch.bfloat16, 128, True, "drop"): 84,
-    ("dkdv", torch.bfloat16, 256, False, "drop"): 28,
-    ("dkdv", torch.bfloat16, 256, True, "drop"): 28,
-}
-
+# (kernels._flag_nonfinite; bench_models_targets_flag2_h200.json times them); fp32 dK/dV at
+# D=256 by 5 with the key-length argument (Tq <= Tk).
+#
 # The sanitizing variants (SANITIZE=True: launched only when the inputs hold an inf or NaN,
-# see backends/triton/nonfinite.py) under the same key. They read k, v, q and dO through a
-# finiteness test in the masked tiles and may spill: correct, slower, and never on the path of
-# finite inputs, whose variants above are held to the counts they had before the sanitizing
-# variants existed.
-_SANITIZE_SPILLS_3_6 = {
-    ("fwd", torch.bfloat16, 64, False): 56,
-    ("dq", torch.bfloat16, 64, False): 167,
-    ("dq", torch.float16, 64, False): 39,
-    ("fwd", torch.bfloat16, 128, False): 307,
-    ("fwd", torch.float16, 128, False): 307,
-    ("dq", torch.bfloat16, 128, False): 30,
-    ("dq", torch.float16, 128, False): 30,
-    ("dkdv", torch.bfloat16, 128, False): 292,
-    ("dkdv", torch.bfloat16, 128, True): 292,
-    ("dkdv", torch.float16, 128, False): 146,
-    ("dkdv", torch.float16, 128, True): 146,
-    ("fwd", torch.bfloat16, 256, False): 15,
-    ("fwd", torch.float16, 256, False): 15,
-    ("dq", torch.bfloat16, 256, False): 75,
-    ("dq", torch.float16, 256, False): 73,
-    ("dkdv", torch.bfloat16, 256, False): 67,
-    ("dkdv", torch.bfloat16, 256, True): 67,
-    ("dkdv", torch.float16, 256, False): 67,
-    ("dkdv", torch.float16, 256, True): 67,
-    # a causal drop pattern's variants at D >= 128 (QKDrop's timed path), measured 2026-12-01
-    ("fwd", torch.float16, 128, False, "drop"): 1031,
-    ("dq", torch.float16, 128, False, "drop"): 65,
-    ("dkdv", torch.float16, 128, False, "drop"): 550,
-    ("dkdv", torch.float16, 128, True, "drop"): 550,
-    ("fwd", torch.float16, 256, False, "drop"): 30,
-    ("dq", torch.float16, 256, False, "drop"): 78,
-    ("dkdv", torch.float16, 256, False, "drop"): 131,
-    ("dkdv", torch.float16, 256, True, "drop"): 131,
-    ("fwd", torch.bfloat16, 128, False, "drop"): 1031,
-    ("dq", torch.bfloat16, 128, False, "drop"): 65,
-    ("dkdv", torch.bfloat16, 128, False, "drop"): 550,
-    ("dkdv", torch.bfloat16, 128, True, "drop"): 550,
-    ("fwd", torch.bfloat16, 256, False, "drop"): 30,
-    ("dq", torch.bfloat16, 256, False, "drop"): 102,
-    ("dkdv", torch.bfloat16, 256, False, "drop"): 126,
-    ("dkdv", torch.bfloat16, 256, True, "drop"): 126,
-}
-
+# see backends/triton/nonfinite.py) read k, v, q and dO through a finiteness test in the masked
+# tiles and may spill: correct, slower, and never on the path of finite inputs, whose variants
+# are held to the counts they had before the sanitizing variants existed.
+#
 # Triton 3.7.1: the unchanged variants that spill are those that spill with 3.6, the counts
-# moving both ways (3.6's table keeps the counts from when each variant was listed; measured
-# again on 2026-12-01, 3.6 gives each of them at or below its entry). Among the sanitizing
-# variants, the fp16 forward and the fp32 dK/dV at D=64 spill a little where 3.6's do not.
-_SPILLS_3_7 = {
-    ("dq", torch.bfloat16, 64, False): 24,
-    ("fwd", torch.float16, 128, False): 51,
-    ("dq", torch.float16, 128, False): 19,
-    ("dkdv", torch.float16, 128, False): 35,
-    ("dkdv", torch.float16, 128, True): 35,
-    ("dkdv", torch.float16, 256, False): 18,
-    ("dkdv", torch.float16, 256, True): 18,
-    ("fwd", torch.bfloat16, 128, False): 51,
-    ("dq", torch.bfloat16, 128, False): 19,
-    ("dkdv", torch.bfloat16, 128, False): 35,
-    ("dkdv", torch.bfloat16, 128, True): 35,
-    ("dkdv", torch.bfloat16, 256, False): 18,
-    ("dkdv", torch.bfloat16, 256, True): 18,
-    ("fwd", torch.float32, 128, False): 8,
-    ("dq", torch.float32, 128, False): 275,
-    ("dkdv", torch.float32, 128, False): 270,
-    ("dkdv", torch.float32, 128, True): 270,
-    ("fwd", torch.float32, 256, False): 754,
-    ("dq", torch.float32, 256, False): 11401,
-    # +152 and +77 when the GQA group became a runtime argument (fp32 D=256: not a timed path)
-    ("dkdv", torch.float32, 256, False): 14836,
-    ("dkdv", torch.float32, 256, True): 14836,
-    # a causal drop pattern's variants at D >= 128 (QKDrop's timed path), measured 2026-12-01
-    ("fwd", torch.float16, 128, False, "drop"): 92,
-    ("dq", torch.float16, 128, False, "drop"): 12,
-    ("dkdv", torch.float16, 128, False, "drop"): 62,
-    ("dkdv", torch.float16, 128, True, "drop"): 62,
-    ("dq", torch.float16, 256, False, "drop"): 2,
-    ("dkdv", torch.float16, 256, False, "drop"): 28,
-    ("dkdv", torch.float16, 256, True, "drop"): 28,
-    ("fwd", torch.bfloat16, 128, False, "drop"): 92,
-    ("dq", torch.bfloat16, 128, False, "drop"): 12,
-    ("dkdv", torch.bfloat16, 128, False, "drop"): 62,
-    ("dkdv", torch.bfloat16, 128, True, "drop"): 62,
-    ("dq", torch.bfloat16, 256, False, "drop"): 2,
-    ("dkdv", torch.bfloat16, 256, False, "drop"): 28,
-    ("dkdv", torch.bfloat16, 256, True, "drop"): 28,
-}
+# moving both ways (3.6's rows keep the counts from when each variant was listed; measured
+# again on 2026-12-01, 3.6 gives each of them at or below its entry); fp32 dK/dV at D=256 rose
+# by 152 and 77 when the GQA group became a runtime argument (not a timed path). Among the
+# sanitizing variants, the fp16 forward and the fp32 dK/dV at D=64 spill a little where 3.6's
+# do not.
+SPILL_TABLES = Path(__file__).with_name("loop_spills_sm90.json")
 
-_SANITIZE_SPILLS_3_7 = {
-    ("fwd", torch.bfloat16, 64, False): 19,
-    ("dq", torch.bfloat16, 64, False): 184,
-    ("fwd", torch.float16, 64, False): 1,
-    ("dq", torch.float16, 64, False): 47,
-    ("fwd", torch.float16, 128, False): 292,
-    ("dq", torch.float16, 128, False): 34,
-    ("dkdv", torch.float16, 128, False): 116,
-    ("dkdv", torch.float16, 128, True): 116,
-    ("fwd", torch.float16, 256, False): 35,
-    ("dq", torch.float16, 256, False): 99,
-    ("dkdv", torch.float16, 256, False): 74,
-    ("dkdv", torch.float16, 256, True): 74,
-    ("fwd", torch.bfloat16, 128, False): 292,
-    ("dq", torch.bfloat16, 128, False): 34,
-    ("dkdv", torch.bfloat16, 128, False): 198,
-    ("dkdv", torch.bfloat16, 128, True): 198,
-    ("fwd", torch.bfloat16, 256, False): 35,
-    ("dq", torch.bfloat16, 256, False): 100,
-    ("dkdv", torch.bfloat16, 256, False): 76,
-    ("dkdv", torch.bfloat16, 256, True): 76,
-    ("dkdv", torch.float32, 64, False): 3,
-    ("dkdv", torch.float32, 64, True): 4,
-    # a causal drop pattern's variants at D >= 128 (QKDrop's timed path), measured 2026-12-01
-    ("fwd", torch.float16, 128, False, "drop"): 832,
-    ("dq", torch.float16, 128, False, "drop"): 79,
-    ("dkdv", torch.float16, 128, False, "drop"): 529,
-    ("dkdv", torch.float16, 128, True, "drop"): 529,
-    ("fwd", torch.float16, 256, False, "drop"): 51,
-    ("dq", torch.float16, 256, False, "drop"): 120,
-    ("dkdv", torch.float16, 256, False, "drop"): 126,
-    ("dkdv", torch.float16, 256, True, "drop"): 126,
-    ("fwd", torch.bfloat16, 128, False, "drop"): 832,
-    ("dq", torch.bfloat16, 128, False, "drop"): 79,
-    ("dkdv", torch.bfloat16, 128, False, "drop"): 539,
-    ("dkdv", torch.bfloat16, 128, True, "drop"): 539,
-    ("fwd", torch.bfloat16, 256, False, "drop"): 51,
-    ("dq", torch.bfloat16, 256, False, "drop"): 120,
-    ("dkdv", torch.bfloat16, 256, False, "drop"): 126,
-    ("dkdv", torch.bfloat16, 256, True, "drop"): 126,
-}
 
-# Triton 3.9.0 (the newest release; torch 2.15's), measured on 2026-12-01 from the kernels with the
-# GQA group as a runtime argument. No GPU has run it: the counts catch a regression only.
-_SPILLS_3_9 = {
-    ("dq", torch.bfloat16, 64, False): 52,
-    ("dq", torch.float16, 64, False): 11,
-    ("fwd", torch.float16, 128, False): 36,
-    ("dq", torch.float16, 128, False): 33,
-    ("dkdv", torch.float16, 128, False): 12,
-    ("dkdv", torch.float16, 128, True): 12,
-    ("dq", torch.float16, 256, False): 27,
-    ("dkdv", torch.float16, 256, False): 76,
-    ("dkdv", torch.float16, 256, True): 76,
-    ("fwd", torch.bfloat16, 128, False): 36,
-    ("dq", torch.bfloat16, 128, False): 33,
-    ("dkdv", torch.bfloat16, 128, False): 12,
-    ("dkdv", torch.bfloat16, 128, True): 12,
-    ("dq", torch.bfloat16, 256, False): 27,
-    ("dkdv", torch.bfloat16, 256, False): 76,
-    ("dkdv", torch.bfloat16, 256, True): 76,
-    ("dkdv", torch.float32, 64, False): 41,
-    ("dkdv", torch.float32, 64, True): 41,
-    ("fwd", torch.float32, 128, False): 33,
-    ("dq", torch.float32, 128, False): 312,
-    ("dkdv", torch.float32, 128, False): 348,
-    ("dkdv", torch.float32, 128, True): 348,
-    ("fwd", torch.float32, 256, False): 797,
-    ("dq", torch.float32, 256, False): 11374,
-    ("dkdv", torch.float32, 256, False): 14777,
-    ("dkdv", torch.float32, 256, True): 14777,
-    # a causal drop pattern's variants at D >= 128 (QKDrop's timed path), measured 2026-12-01
-    ("fwd", torch.float16, 128, False, "drop"): 232,
-    ("dq", torch.float16, 128, False, "drop"): 219,
-    ("dkdv", torch.float16, 128, False, "drop"): 159,
-    ("dkdv", torch.float16, 128, True, "drop"): 159,
-    ("fwd", torch.float16, 256, False, "drop"): 1,
-    ("dq", torch.float16, 256, False, "drop"): 79,
-    ("dkdv", torch.float16, 256, False, "drop"): 144,
-    ("dkdv", torch.float16, 256, True, "drop"): 142,
-    ("fwd", torch.bfloat16, 128, False, "drop"): 232,
-    ("dq", torch.bfloat16, 128, False, "drop"): 219,
-    ("dkdv", torch.bfloat16, 128, False, "drop"): 159,
-    ("dkdv", torch.bfloat16, 128, True, "drop"): 159,
-    ("fwd", torch.bfloat16, 256, False, "drop"): 1,
-    ("dq", torch.bfloat16, 256, False, "drop"): 79,
-    ("dkdv", torch.bfloat16, 256, False, "drop"): 144,
-    ("dkdv", torch.bfloat16, 256, True, "drop"): 142,
-}
+def _spill_tables(kind: str) -> dict[tuple[int, ...], dict[tuple, int]]:
+    """One kind ("unchanged", "sanitizing") of loop_spills_sm90.json: release -> table key
+    (sm90.Variant.table_key) -> the most in-loop spills measured."""
+    releases = json.loads(SPILL_TABLES.read_text())
+    return {
+        tuple(int(x) for x in release.split(".")): {
+            (kernel, getattr(torch, dtype), *rest): n for kernel, dtype, *rest, n in tables[kind]
+        }
+        for release, tables in releases.items()
+    }
 
-_SANITIZE_SPILLS_3_9 = {
-    ("fwd", torch.bfloat16, 64, False): 48,
-    ("dq", torch.bfloat16, 64, False): 144,
-    ("fwd", torch.float16, 64, False): 11,
-    ("dq", torch.float16, 64, False): 15,
-    ("fwd", torch.float16, 128, False): 314,
-    ("dq", torch.float16, 128, False): 70,
-    ("dkdv", torch.float16, 128, False): 37,
-    ("dkdv", torch.float16, 128, True): 37,
-    ("fwd", torch.float16, 256, False): 27,
-    ("dq", torch.float16, 256, False): 47,
-    ("dkdv", torch.float16, 256, False): 99,
-    ("dkdv", torch.float16, 256, True): 99,
-    ("fwd", torch.bfloat16, 128, False): 314,
-    ("dq", torch.bfloat16, 128, False): 70,
-    ("dkdv", torch.bfloat16, 128, False): 31,
-    ("dkdv", torch.bfloat16, 128, True): 31,
-    ("fwd", torch.bfloat16, 256, False): 27,
-    ("dq", torch.bfloat16, 256, False): 45,
-    ("dkdv", torch.bfloat16, 256, False): 106,
-    ("dkdv", torch.bfloat16, 256, True): 106,
-    ("dkdv", torch.float32, 64, False): 44,
-    ("dkdv", torch.float32, 64, True): 44,
-    # a causal drop pattern's variants at D >= 128 (QKDrop's timed path), measured 2026-12-01
-    ("fwd", torch.float16, 128, False, "drop"): 970,
-    ("dq", torch.float16, 128, False, "drop"): 267,
-    ("dkdv", torch.float16, 128, False, "drop"): 409,
-    ("dkdv", torch.float16, 128, True, "drop"): 409,
-    ("fwd", torch.float16, 256, False, "drop"): 83,
-    ("dq", torch.float16, 256, False, "drop"): 431,
-    ("dkdv", torch.float16, 256, False, "drop"): 192,
-    ("dkdv", torch.float16, 256, True, "drop"): 192,
-    ("fwd", torch.bfloat16, 128, False, "drop"): 970,
-    ("dq", torch.bfloat16, 128, False, "drop"): 275,
-    ("dkdv", torch.bfloat16, 128, False, "drop"): 403,
-    ("dkdv", torch.bfloat16, 128, True, "drop"): 403,
-    ("fwd", torch.bfloat16, 256, False, "drop"): 83,
-    ("dq", torch.bfloat16, 256, False, "drop"): 431,
-    ("dkdv", torch.bfloat16, 256, False, "drop"): 192,
-    ("dkdv", torch.bfloat16, 256, True, "drop"): 192,
-}
 
-KNOWN_LOOP_SPILLS = {(3, 6): _SPILLS_3_6, (3, 7): _SPILLS_3_7, (3, 9): _SPILLS_3_9}
-KNOWN_SANITIZE_LOOP_SPILLS = {(3, 6): _SANITIZE_SPILLS_3_6, (3, 7): _SANITIZE_SPILLS_3_7, (3, 9): _SANITIZE_SPILLS_3_9}
+KNOWN_LOOP_SPILLS = _spill_tables("unchanged")
+KNOWN_SANITIZE_LOOP_SPILLS = _spill_tables("sanitizing")
 
 VARIANTS = variants()
 
@@ -377,7 +152,7 @@ def test_loop_spill_reader_sees_spills():
 
 
 def test_spill_tables_keep_the_worst_flag_variant_per_key():
-    """``sm90 --spill-tables`` prints what the tables above hold, ready to paste."""
+    """``sm90 --spill-tables`` prints the rows loop_spills_sm90.json holds, ready to paste."""
     from tilesparse.backends.triton.sm90 import spill_tables
 
     row = dict(kernel="dq", dtype="torch.bfloat16", head_dim=64, gqa=False, sanitize=False)
@@ -389,12 +164,15 @@ def test_spill_tables_keep_the_worst_flag_variant_per_key():
         {**row, "sanitize": True, "loop_spills": 7},
         {"variant": "index _sort_keys {}", "kernel": "_sort_keys", "loop_spills": 0},
     ]
+    assert json.loads("{" + spill_tables(rows) + "}")["unchanged"][1] == ["dq", "bfloat16", 128, False, "drop", 2]
     assert spill_tables(rows).splitlines() == [
-        "unchanged variants:",
-        '    ("dq", torch.bfloat16, 64, False): 5,',
-        '    ("dq", torch.bfloat16, 128, False, "drop"): 2,',
-        "sanitizing variants:",
-        '    ("dq", torch.bfloat16, 64, False): 7,',
+        '"unchanged": [',
+        '  ["dq", "bfloat16", 64, false, 5],',
+        '  ["dq", "bfloat16", 128, false, "drop", 2]',
+        "],",
+        '"sanitizing": [',
+        '  ["dq", "bfloat16", 64, false, 7]',
+        "]",
     ]
 
 

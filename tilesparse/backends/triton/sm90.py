@@ -9,6 +9,7 @@ ones that cost time on every tile. :func:`variants` lists every launch the backe
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -303,21 +304,22 @@ def compile_index_kernel(name: str, constexprs: dict):
 
 
 def spill_tables(rows: list[dict]) -> str:
-    """The variants that spill inside their loops, as the two tables of
-    tests/backends/triton/test_compile_sm90.py: (kernel, dtype, head dim, gqa) -> the most
-    in-loop spills over its flag variants, for the unchanged then the sanitizing variants."""
+    """The variants that spill inside their loops, as one release's entry of
+    tests/backends/triton/loop_spills_sm90.json: rows [kernel, dtype, head dim, gqa, count]
+    (a drop pattern's: [..., gqa, "drop", count]), the count the most in-loop spills over the
+    key's flag variants, for the unchanged then the sanitizing variants."""
     out = []
     for sanitize in (False, True):
         most: dict[tuple, int] = {}
         for r in rows:
             if "head_dim" in r and r["sanitize"] == sanitize and r["loop_spills"] > 0:
-                key = (r["kernel"], r["dtype"], r["head_dim"], r["gqa"]) + (("drop",) if r.get("drop") else ())
+                key = (r["kernel"], r["dtype"].removeprefix("torch."), r["head_dim"], r["gqa"])
+                key += ("drop",) if r.get("drop") else ()
                 most[key] = max(most.get(key, 0), r["loop_spills"])
-        out.append("sanitizing variants:" if sanitize else "unchanged variants:")
-        for (k, d, h, g, *drop), n in most.items():
-            tail = ', "drop"' if drop else ""
-            out.append(f'    ("{k}", {d}, {h}, {g}{tail}): {n},')
-    return "\n".join(out)
+        out.append('"sanitizing": [' if sanitize else '"unchanged": [')
+        out.append(",\n".join(f"  {json.dumps([*key, n])}" for key, n in most.items()))
+        out.append("]" if sanitize else "],")
+    return "\n".join(line for line in out if line)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -325,7 +327,6 @@ def main(argv: list[str] | None = None) -> None:
     ``TRITON_INTERPRET=0 python -m tilesparse.backends.triton.sm90``); ``--spill-tables`` prints
     the variants that spill, as the compile test's tables, instead."""
     import argparse
-    import json
 
     from .op import interpreting
 

@@ -168,10 +168,10 @@ def report(compiled) -> Report:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
         f.flush()
-        usage = subprocess.run([_cuobjdump(), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
-        sass = subprocess.run([_cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True).stdout
-    regs = int(re.search(r"REG:(\d+)", usage).group(1))
-    stack = int(re.search(r"STACK:(\d+)", usage).group(1))
+        # one run prints both: the resource usage (REG, STACK), then the SASS
+        sass = subprocess.run([_cuobjdump(), "-res-usage", "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    regs = int(re.search(r"REG:(\d+)", sass).group(1))
+    stack = int(re.search(r"STACK:(\d+)", sass).group(1))
     ttgir = compiled.asm["ttgir"]
     # the dedup must survive every pass (see kernels._tiles): lo = max(lo, previous segment's hi)
     dedup = re.search(r"arith\.maxsi %lo\w*, %prev_hi", ttgir) is not None

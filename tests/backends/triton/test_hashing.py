@@ -64,6 +64,19 @@ def test_the_kernel_takes_the_criterions_argmax(B, kv_heads, group, T, D, bucket
             assert bool((chosen[differ] - picked_by_torch[differ]).abs().le(tol[differ]).all()), "differs beyond a tie"
 
 
+def test_the_kernel_reads_strided_inputs():
+    """q and k as transposed views ((B, T, H, D) memory, as a model's projections give them):
+    the same buckets as from contiguous copies."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 37, 4, 16, generator=g).transpose(1, 2)
+    k = torch.randn(1, 37, 2, 16, generator=g).transpose(1, 2)
+    rot = lsh_rotation(4, 16, 9, torch.float32, "cpu", g).float()
+    got, want = ([torch.empty(1, 4, 37, dtype=torch.int32) for _ in range(2)] for _ in range(2))
+    hashing.hash_into(q, k, rot, 9, *got)
+    hashing.hash_into(q.contiguous(), k.contiguous(), rot, 9, *want)
+    assert not q.is_contiguous() and all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
 def test_the_kernel_refuses_buffers_that_do_not_fit():
     q = torch.randn(1, 2, 10, 16)
     rot = lsh_rotation(2, 16, 4, torch.float32, "cpu").float()

@@ -114,7 +114,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="folder for probe_tma.json")
     p.add_argument("--shape", default="1,32,8192,128", help="B,H,T,D (default: %(default)s)")
-    p.add_argument("--configs", default="128,64,4,3;128,64,8,3;128,128,8,2;128,128,4,2;128,64,4,2", help="BLOCK_M,BLOCK_N,warps,stages;...")
+    p.add_argument("--configs", default="128,64,4,3;128,64,8,3;128,128,8,2;128,128,4,2;128,64,4,2",
+                   help="BLOCK_M,BLOCK_N,warps,stages;...")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny: the three variants agree with SDPA")
     args = p.parse_args()
     dev = torch.device("cpu" if args.smoke else "cuda")

@@ -191,9 +191,12 @@ def main() -> int:
                 lo, hi = r[..., 0] // 128, (r[..., 3] + 127) // 128
                 tiles = int((hi - lo).clamp_min(0)[..., ::128 // g.block_q].sum()) if g.block_q <= 128 else 0
                 flops = 4 * tiles * 128 * 128 * D
-                row.update(visited_tiles_128=tiles, **{f"{n}_tflops": flops / row[f"{n}_ms"] / 1e9 for n in ("kernel", *variants)})
+                row["visited_tiles_128"] = tiles
+                row.update({f"{n}_tflops": flops / row[f"{n}_ms"] / 1e9 for n in ("kernel", *variants)})
                 with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
-                    row["cudnn_dense_ms"] = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+                    row["cudnn_dense_ms"] = bench(
+                        lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                    )
                 row["cudnn_dense_tflops"] = 2 * B * H * T * T * D / row["cudnn_dense_ms"] / 1e9
             rows.append(row)
             print({kk: round(vv, 4) if isinstance(vv, float) else vv for kk, vv in row.items()}, flush=True)

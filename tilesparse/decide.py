@@ -4,12 +4,12 @@ hashing given to the index builder that hashes faster than its torch ops.
 The spec's parts decide in their order (``spec.decision_parts()``), drawing from the
 generator exactly as ``spec.decide`` does. A ``Hash`` part with the built-in ``lsh``
 criterion whose buckets an index builder hashes (:func:`tilesparse.backends.lsh_hasher`: on
-CUDA the CuPy builder up to the size where its kernel stops beating torch's matmul, else the
-Triton builder's hashing kernel) draws its rotation with the criterion's own
+CUDA the Triton builder's hashing kernel; without Triton the CuPy builder, up to the size where
+its kernel stops beating torch's matmul) draws its rotation with the criterion's own
 :func:`~tilesparse.patterns.criteria.lsh_rotation`, and the builder hashes: at once, or, when
 the plan fuses the hashing into that builder's index build (``Assignment.fused_hash``), as part
-of the build (a :class:`DeferredHash` the index step hands it). Either way the same kernel hashes, so ``attn.decide`` and a fused call
-give the same buckets.
+of the build (a :class:`DeferredHash` the index step hands it). Either way the same kernel
+hashes, so ``attn.decide`` and a fused call give the same buckets.
 """
 
 from __future__ import annotations

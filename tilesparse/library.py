@@ -171,7 +171,9 @@ def _attention_fake(q, k, v, *rest):
     return torch.empty_like(q, memory_format=torch.contiguous_format), _token(q.device)
 
 
-def _attention_backward(grad: Tensor, token: Tensor, q: Tensor, k: Tensor, v: Tensor, *rest) -> tuple[Tensor, Tensor, Tensor]:
+def _attention_backward(
+    grad: Tensor, token: Tensor, q: Tensor, k: Tensor, v: Tensor, *rest
+) -> tuple[Tensor, Tensor, Tensor]:
     saved = SAVED.pop(token.data_ptr(), None)
     leaves, out = saved if saved is not None else _recorded(q, k, v, *rest)
     with _autograd_on():

@@ -121,7 +121,8 @@ def lsh_hasher(inputs: AttentionInputs, buckets: int) -> HashingBuilder | None:
         return None
     willing = [
         b for b in BUILDERS.values()
-        if isinstance(b, HashingBuilder) and inputs.device.type in b.SUPPORTED_DEVICES and not b.hash_reasons(inputs, buckets)
+        if isinstance(b, HashingBuilder) and inputs.device.type in b.SUPPORTED_DEVICES
+        and not b.hash_reasons(inputs, buckets)
     ]  # fmt: skip
     return min(willing, key=lambda b: b.HASH_RANK, default=None)
 

@@ -25,8 +25,8 @@ Then, for a group whose backend reads index tensors, it picks the index builder
 lines of the cost model: the backend's own (``INDEX_BUILDER``: Triton's kernels, CuPy's, or
 the IR's torch code) or, with ``backend="auto"``, any other registered builder that can build
 the group and is cheaper. When the op makes the decisions itself with the ``lsh`` criterion,
-the builder that hashes its buckets (``lsh_hasher``: CuPy where its kernel is faster than
-torch, else Triton's hashing kernel on CUDA) may hash them as part of its build
+the builder that hashes its buckets (``lsh_hasher``: Triton's hashing kernel on CUDA; without
+Triton, CuPy where its kernel is faster than torch) may hash them as part of its build
 (``fused_hash``: CuPy in its first launch, Triton in a launch before its build), priced against
 the criterion's own launch plus another build where the cost model has a line for it; a forced
 backend gets its own builder.

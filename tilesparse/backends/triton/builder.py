@@ -49,7 +49,8 @@ class TritonBuilder(HashingBuilder):
         from .hashing import lsh_hash_reasons
         from .op import interpreting
 
-        reasons = triton_reasons(inputs) + lsh_hash_reasons(inputs.device.type, inputs.head_dim, buckets, interpreting())
+        reasons = triton_reasons(inputs)
+        reasons += lsh_hash_reasons(inputs.device.type, inputs.head_dim, buckets, interpreting())
         if inputs.q_len != inputs.k_len:
             reasons.append(f"queries shorter than keys ({inputs.q_len} < {inputs.k_len}): the kernel takes one length")
         return reasons

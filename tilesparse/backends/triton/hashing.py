@@ -79,7 +79,9 @@ def lsh_hash_reasons(device_type: str, head_dim: int, buckets: int, interpreting
         kind = "the Triton interpreter runs kernels in Python" if interpreting else "Triton runs on CUDA"
         reasons.append(f"on {device_type!r} the criterion's torch matmul hashes faster ({kind})")
     if math.ceil(buckets / 2) > MAX_HALF:
-        reasons.append(f"{buckets} buckets: the hashing kernel holds at most {MAX_HALF} directions ({2 * MAX_HALF} buckets)")
+        reasons.append(
+            f"{buckets} buckets: the hashing kernel holds at most {MAX_HALF} directions ({2 * MAX_HALF} buckets)"
+        )
     if head_dim > MAX_HEAD_DIM:
         reasons.append(f"head dim {head_dim} > {MAX_HEAD_DIM}")
     return reasons
@@ -95,10 +97,14 @@ def hash_into(q: Tensor, k: Tensor, rotations: Tensor, buckets: int, q_bucket: T
     B, H, T, D = q.shape
     half = rotations.shape[-1]
     if half != math.ceil(buckets / 2) or rotations.shape[:2] != (H, D):
-        raise ValueError(f"rotations of shape {tuple(rotations.shape)} do not fit {H} heads of dim {D} and {buckets} buckets")
+        raise ValueError(
+            f"rotations of shape {tuple(rotations.shape)} do not fit {H} heads of dim {D} and {buckets} buckets"
+        )
     for name, t in (("q_bucket", q_bucket), ("k_bucket", k_bucket)):
         if t.shape != (B, H, T) or t.dtype != torch.int32 or not t.is_contiguous():
-            raise ValueError(f"{name} must be a contiguous ({B}, {H}, {T}) int32 tensor, got {tuple(t.shape)} {t.dtype}")
+            raise ValueError(
+                f"{name} must be a contiguous ({B}, {H}, {T}) int32 tensor, got {tuple(t.shape)} {t.dtype}"
+            )
     if k.shape[0] != B or k.shape[2] != T or k.shape[3] != D or H % k.shape[1]:
         raise ValueError(f"k of shape {tuple(k.shape)} does not fit q of shape {tuple(q.shape)}")
     from .interpreter import patch_bf16_dot

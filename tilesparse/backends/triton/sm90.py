@@ -169,7 +169,8 @@ def report(compiled) -> Report:
         f.write(compiled.asm["cubin"])
         f.flush()
         # one run prints both: the resource usage (REG, STACK), then the SASS
-        sass = subprocess.run([_cuobjdump(), "-res-usage", "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        cmd = [_cuobjdump(), "-res-usage", "-sass", f.name]
+        sass = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     regs = int(re.search(r"REG:(\d+)", sass).group(1))
     stack = int(re.search(r"STACK:(\d+)", sass).group(1))
     ttgir = compiled.asm["ttgir"]

@@ -220,14 +220,23 @@ def main() -> int:
     path.write_text(json.dumps(res, indent=1, default=str))
     print(f"{'shape':>20s} {'name':12s} {'fwd':>8s} {'sync':>8s} {'f+b':>8s} {'sync':>8s} {'x cuDNN':>7s} "
           f"{'vis':>5s} {'TF/s f':>6s} {'TF/s b':>6s}")  # fmt: skip
-    for r in res["rows"]:
-        shape = f"{r['B']},{r['H']},{r['Hkv']},{r['D']},{r['T']}"
-        if "error" in r:
-            print(f"{shape:>20s} {r['name']:12s} ERROR {r['error'][:100]}")
-            continue
-        print(f"{shape:>20s} {r['name']:12s} {r['fwd']['ms']:8.3f} {r['fwd']['sync_ms']:8.3f} "
-              f"{r['fwd_bwd']['ms']:8.3f} {r['fwd_bwd']['sync_ms']:8.3f} {r.get('fwd_bwd_speedup_vs_cudnn', 1):7.2f} "
-              f"{r.get('visited_fraction', 1):5.2f} {r.get('fwd_tflops', 0):6.0f} {r.get('bwd_tflops', 0):6.0f}")  # fmt: skip
+
+    def label(r: dict) -> str:
+        return f"{r['B']},{r['H']},{r['Hkv']},{r['D']},{r['T']}".rjust(20) + f" {r['name']:12s}"
+
+    def line(r: dict) -> str:
+        return (f"{label(r)} {r['fwd']['ms']:8.3f} {r['fwd']['sync_ms']:8.3f} "
+                f"{r['fwd_bwd']['ms']:8.3f} {r['fwd_bwd']['sync_ms']:8.3f} {r.get('fwd_bwd_speedup_vs_cudnn', 1):7.2f} "
+                f"{r.get('visited_fraction', 1):5.2f} {r.get('fwd_tflops', 0):6.0f} {r.get('bwd_tflops', 0):6.0f}")  # fmt: skip
+
+    return print_rows(res["rows"], label, line, t0)
+
+
+def print_rows(rows: list[dict], label, line, t0: float) -> int:
+    """One line a row (``line(row)``; a failed row as ``label(row)`` and its error), then the
+    run's total time (this script's and sweep_kernels.py's summaries)."""
+    for r in rows:
+        print(f"{label(r)} ERROR {r['error'][:120]}" if "error" in r else line(r))
     print(f"total {time.time() - t0:.0f}s")
     return 0
 

@@ -29,7 +29,7 @@ from tilesparse.backends.triton.op import override_config, parse_overrides, spar
 from tilesparse.ir import tile_stats
 
 # the model-shape benchmark's patterns and timers (this directory is on sys.path when a script here runs)
-from bench_models import PATTERNS, bf16_inputs, gpu_ms, kernel_ms, run_header
+from bench_models import PATTERNS, bf16_inputs, gpu_ms, kernel_ms, print_rows, run_header
 
 DEV = torch.device("cuda")
 
@@ -131,17 +131,15 @@ def main() -> int:
         if "error" not in r:
             print(f"{r['name']:8s} {r['shape']} fwd {r['fwd']:.3f} fwd+bwd {r['fwd_bwd']:.3f} "
                   f"TF/s fwd {r['fwd_tflops']:.0f} bwd {r['bwd_tflops']:.0f}")  # fmt: skip
-    for r in res["rows"]:
-        if "error" in r:
-            print(f"{r['pattern']:8s} {r['override']} ERROR {r['error'][:120]}")
-            continue
+    def line(r: dict) -> str:
         kn = r["kernels"]
-        print(f"{r['pattern']:8s} {str(r['override']):60s} fwd {r['fwd']:7.3f} f+b {r['fwd_bwd']:7.3f} | "
-              f"k.fwd {kn.get('_attn_fwd', 0):6.3f} dq {kn.get('_attn_bwd_dq', 0):6.3f} dkdv {kn.get('_attn_bwd_dkdv', 0):6.3f} "
-              f"other {kn.get('other', 0):6.3f} | TF/s {r['fwd_tflops']:4.0f} {r['dq_tflops']:4.0f} {r['dkdv_tflops']:4.0f} "
-              f"vis {r['visited_fraction']:.2f} err {r['max_err_vs_ref']:.1e}")  # fmt: skip
-    print(f"total {time.time() - t0:.0f}s")
-    return 0
+        return (f"{r['pattern']:8s} {str(r['override']):60s} fwd {r['fwd']:7.3f} f+b {r['fwd_bwd']:7.3f} | "
+                f"k.fwd {kn.get('_attn_fwd', 0):6.3f} dq {kn.get('_attn_bwd_dq', 0):6.3f} "
+                f"dkdv {kn.get('_attn_bwd_dkdv', 0):6.3f} other {kn.get('other', 0):6.3f} | "
+                f"TF/s {r['fwd_tflops']:4.0f} {r['dq_tflops']:4.0f} {r['dkdv_tflops']:4.0f} "
+                f"vis {r['visited_fraction']:.2f} err {r['max_err_vs_ref']:.1e}")  # fmt: skip
+
+    return print_rows(res["rows"], lambda r: f"{r['pattern']:8s} {r['override']}", line, t0)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ For every built-in pattern (backend="auto": SDPA for dense groups, Triton for sp
   a replayed graph, from ``tilesparse.check_errors()``; the call that received it returns NaN;
 - ``torch.compile(mode="reduce-overhead")`` (inductor with CUDA graph trees) runs a small
   training loop without recompiling, with the op's calls captured in the CUDA graphs, and a
-  deterministic pattern's compiled output and gradients equal eager ones.
+  deterministic pattern's compiled output and gradients equal eager ones;
+- ``torch.compile`` in its default mode equals eager for every pattern, and its backward
+  differentiates the graph its forward kept (the op runs once a step).
 
 Run: ``TRITON_INTERPRET=0 python -m pytest -q -m gpu tests/gpu/test_graph_capture_gpu.py``.
 """
@@ -307,3 +309,29 @@ def test_reduce_overhead_matches_eager(name):
     torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-3)
     for g, w in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(g, w, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_default_compile_differentiates_the_kept_forward(name):
+    """``torch.compile`` (default mode, no CUDA graphs): with given decisions every built-in
+    pattern's compiled output and gradients equal eager ones, the op runs once a step (its
+    backward differentiates the graph the forward kept) and nothing stays kept after it."""
+    from tilesparse import library
+
+    attn = ts.compile(SPECS[name])
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, H, T, D, device=DEVICE, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    dec = attn.decide(q, k)
+    go = torch.randn(B, H, T, D, device=DEVICE, dtype=torch.bfloat16)
+    f = torch.compile(lambda q, k, v: attn(q, k, v, decisions=dec), fullgraph=True)
+    want = attn(q, k, v, decisions=dec)
+    want_grads = torch.autograd.grad(want, (q, k, v), go)
+    for _ in range(2):
+        calls = attn.stats.plans + attn.stats.hits
+        got = f(q, k, v)
+        got_grads = torch.autograd.grad(got, (q, k, v), go)
+        assert attn.stats.plans + attn.stats.hits == calls + 1, "the backward ran the op again"
+        assert not library.SAVED
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)

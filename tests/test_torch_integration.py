@@ -242,3 +242,38 @@ def test_non_contiguous_inputs(backend):
     else:
         assert "input copies: none" in text
     assert "input copies: none" in attn.explain(q, q, q)
+
+
+def test_the_forward_keeps_its_graph_only_outside_cuda_graphs(monkeypatch):
+    """``library._in_cuda_graphs`` on a CUDA device, with torch's state faked: a capture, or a
+    CUDA graph tree warming up or recording, means yes (the backward recomputes); no tree on
+    the thread, or a tree that is replaying, means no; a tree whose state cannot be read means
+    yes, the safe answer. The CPU is never inside CUDA graphs."""
+    from types import SimpleNamespace
+
+    from torch._inductor import cudagraph_trees
+
+    cuda = torch.device("cuda", 0)
+    assert not library._in_cuda_graphs(torch.device("cpu"))
+    capturing = [False]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    in_tls = [False]
+    monkeypatch.setattr(torch._C, "_is_key_in_tls", lambda key: in_tls[0])
+    manager = [None]
+
+    def get_manager(index, create_if_none_exists=True):
+        if isinstance(manager[0], Exception):
+            raise manager[0]
+        return manager[0]
+
+    monkeypatch.setattr(cudagraph_trees, "get_manager", get_manager)
+    assert not library._in_cuda_graphs(cuda)  # no tree on this thread
+    capturing[0] = True
+    assert library._in_cuda_graphs(cuda)
+    capturing[0], in_tls[0] = False, True
+    assert not library._in_cuda_graphs(cuda)  # a tree's container, no manager
+    for warmup, recording, inside in ((True, False, True), (False, True, True), (False, False, False)):
+        manager[0] = SimpleNamespace(in_warmup=warmup, in_recording=recording)
+        assert library._in_cuda_graphs(cuda) is inside
+    manager[0] = AttributeError("another torch")
+    assert library._in_cuda_graphs(cuda)

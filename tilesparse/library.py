@@ -156,8 +156,9 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, *rest) -> tuple[Tensor, Tensor]:
     if _in_cuda_graphs(q.device):
         return _call(q, k, v, *rest), token  # the backward recomputes
     leaves, out = _recorded(q, k, v, *rest)
-    SAVED[token.data_ptr()] = (leaves, out)
-    weakref.finalize(token, SAVED.pop, token.data_ptr(), None)  # the graph lives as long as the token
+    key = token.data_ptr()
+    SAVED[key] = (leaves, out)
+    weakref.finalize(token, SAVED.pop, key, None)  # the graph lives as long as the token
     return out.detach(), token
 
 

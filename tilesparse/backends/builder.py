@@ -119,12 +119,11 @@ def lsh_hasher(inputs: AttentionInputs, buckets: int) -> HashingBuilder | None:
     ``torch.compile`` trace, which have no memory for a kernel)."""
     if buckets <= 1 or inputs.q_len != inputs.k_len or is_fake(inputs.q):
         return None
-    willing = [
-        b for b in BUILDERS.values()
-        if isinstance(b, HashingBuilder) and inputs.device.type in b.SUPPORTED_DEVICES
-        and not b.hash_reasons(inputs, buckets)
-    ]  # fmt: skip
-    return min(willing, key=lambda b: b.HASH_RANK, default=None)
+    hashers = sorted((b for b in BUILDERS.values() if isinstance(b, HashingBuilder)), key=lambda b: b.HASH_RANK)
+    # the first that should, in rank order: the others' reasons are not worked out per call
+    return next(
+        (b for b in hashers if inputs.device.type in b.SUPPORTED_DEVICES and not b.hash_reasons(inputs, buckets)), None
+    )
 
 
 register_builder(TorchBuilder())

@@ -44,12 +44,12 @@ class TritonBuilder(HashingBuilder):
         )  # fmt: skip
 
     def hash_reasons(self, inputs: AttentionInputs, buckets: int) -> list[str]:
+        reasons = triton_reasons(inputs)
         if not HAVE_TRITON:
-            return triton_reasons(inputs)
+            return reasons
         from .hashing import lsh_hash_reasons
         from .op import interpreting
 
-        reasons = triton_reasons(inputs)
         reasons += lsh_hash_reasons(inputs.device.type, inputs.head_dim, buckets, interpreting())
         if inputs.q_len != inputs.k_len:
             reasons.append(f"queries shorter than keys ({inputs.q_len} < {inputs.k_len}): the kernel takes one length")

@@ -63,8 +63,9 @@ def _lsh_hash(Q, K, ROT, Q_OUT, K_OUT,
                   mask=d_ok[:, None] & (offs_c[None, :] < HALF), other=0.0)  # fmt: skip
     proj = tl.dot(x, rot.to(x.dtype), input_precision=PRECISION)  # (BLOCK_T, BLOCK_H) fp32
     # argmax over the HALF directions xR, then argmin over the first NEGATED (the -xR ones)
-    top_arg = tl.argmax(tl.where(offs_c[None, :] < HALF, proj, float("-inf")), 1, tie_break_left=True)
-    top = tl.max(tl.where(offs_c[None, :] < HALF, proj, float("-inf")), 1)
+    top_src = tl.where(offs_c[None, :] < HALF, proj, float("-inf"))
+    top_arg = tl.argmax(top_src, 1, tie_break_left=True)
+    top = tl.max(top_src, 1)
     low_src = tl.where(offs_c[None, :] < NEGATED, proj, float("inf"))
     low_arg = tl.argmin(low_src, 1, tie_break_left=True)
     low = tl.min(low_src, 1)
@@ -87,10 +88,6 @@ def lsh_hash_reasons(device_type: str, head_dim: int, buckets: int, interpreting
     return reasons
 
 
-def _pow2(n: int) -> int:
-    return max(16, 1 << (n - 1).bit_length())
-
-
 def hash_into(q: Tensor, k: Tensor, rotations: Tensor, buckets: int, q_bucket: Tensor, k_bucket: Tensor) -> None:
     """Every head of q (B, H, T, D) and k (B, Hkv, T, D) hashed with ``rotations`` (H, D,
     ceil(buckets / 2)) into the contiguous (B, H, T) int32 buffers (one launch)."""
@@ -108,7 +105,7 @@ def hash_into(q: Tensor, k: Tensor, rotations: Tensor, buckets: int, q_bucket: T
     if k.shape[0] != B or k.shape[2] != T or k.shape[3] != D or H % k.shape[1]:
         raise ValueError(f"k of shape {tuple(k.shape)} does not fit q of shape {tuple(q.shape)}")
     from .interpreter import patch_bf16_dot
-    from .op import interpreting
+    from .op import _block_d, interpreting
 
     if interpreting():
         patch_bf16_dot()
@@ -116,6 +113,6 @@ def hash_into(q: Tensor, k: Tensor, rotations: Tensor, buckets: int, q_bucket: T
     block_t = 64 if D > 128 or q.dtype == torch.float32 else 128  # sm90.index_variants compiles these
     lean(_lsh_hash)[(triton.cdiv(T, block_t), B * H, 2)](
         q, k, rot, q_bucket, k_bucket, *q.stride(), *k.stride(), T, H, H // k.shape[1],
-        HEAD_DIM=D, HALF=half, NEGATED=buckets - half, BLOCK_T=block_t, BLOCK_D=_pow2(D), BLOCK_H=_pow2(half),
+        HEAD_DIM=D, HALF=half, NEGATED=buckets - half, BLOCK_T=block_t, BLOCK_D=_block_d(D), BLOCK_H=_block_d(half),
         PRECISION="tf32x3" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=1,
     )  # fmt: skip

@@ -24,6 +24,34 @@ DEVICE = torch.device("cuda")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.parametrize("bad_at", [None, 0, 1_000_003, 2 * 32 * 65536 - 1])
+def test_the_id_check_kernel_agrees_with_the_torch_ops_at_model_sizes(bad_at):
+    """Buckets of B=2, H=32, T=65,536 (4,096 programs per field, all racing on one scratch row),
+    an id out of range at the first, a middle or the last place, or none: the kernel's clamped
+    ids, poison and record are the torch ops', and its scratch row is reset after every call."""
+    from tilesparse.backends.triton.idcheck import check_range_into
+    from tilesparse.patterns.decision_errors import DeviceErrors, Row, check_on_device
+
+    g = torch.Generator(DEVICE).manual_seed(1)
+    fields = {n: torch.randint(0, 16, (2, 32, 65536), generator=g, device=DEVICE, dtype=torch.int32)
+              for n in ("q_bucket", "k_bucket")}  # fmt: skip
+    if bad_at is not None:
+        fields["k_bucket"].view(-1)[bad_at] = 16
+    rows = (Row("q_bucket", "range", 16), Row("k_bucket", "range", 16))
+    results = []
+    for check in (None, check_range_into):
+        errors = DeviceErrors("op", rows, DEVICE, check)
+        for _ in range(3):  # the scratch row must be reset between calls
+            clamped, poison = check_on_device(dict(fields), rows, errors)
+        results.append((clamped, poison.clone(), errors.record.clone(), errors.scratch.clone()))
+    (c0, p0, r0, _), (c1, p1, r1, s1) = results
+    for n in fields:
+        assert torch.equal(c0[n], c1[n])
+    assert bool(p0.isnan()) == bool(p1.isnan()) == (bad_at is not None)
+    assert torch.equal(r0, r1)
+    assert s1.tolist() == [[torch.iinfo(torch.int64).max, torch.iinfo(torch.int64).min, 0]] * 2
+
+
 def _qkv(T=1024, H=2, D=64, dtype=torch.float16, seed=0):
     g = torch.Generator(DEVICE).manual_seed(seed)
     return tuple(torch.randn((1, H, T, D), generator=g, device=DEVICE, dtype=dtype) for _ in range(3))

@@ -11,6 +11,13 @@ from .base import REGISTRY, Backend, register
 from .builder import BUILDERS, HashingBuilder, IndexBuilder, lsh_hasher, register_builder
 
 __all__ = [
-    "BUILDERS", "REGISTRY", "Backend", "HashingBuilder", "IndexBuilder", "cupy", "executor", "lsh_hasher", "reference",
-    "register", "register_builder", "sdpa", "triton",
+    "BUILDERS", "REGISTRY", "Backend", "HashingBuilder", "IndexBuilder", "cupy", "executor", "lsh_hasher",
+    "range_check_for", "reference", "register", "register_builder", "sdpa", "triton",
 ]  # fmt: skip
+
+
+def range_check_for(device):
+    """The kernel that checks given ids' range on ``device``
+    (:class:`tilesparse.patterns.decision_errors.RangeCheck`: Triton's, where its kernels run),
+    or None where torch ops check them."""
+    return triton.range_check(device)

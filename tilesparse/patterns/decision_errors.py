@@ -5,7 +5,9 @@ the ids costs nothing there). On CUDA with ``validate=True`` (the default) readi
 would stop the host once per call, and a CUDA graph could not capture the call, so there:
 
 - the ids are checked by device ops: per field the smallest and largest id, and for feature
-  supports whether a token repeats a feature id;
+  supports whether a token repeats a feature id; where the op was given a :class:`RangeCheck`
+  (on CUDA, a Triton kernel: ``tilesparse.backends.range_check_for``), each field's range
+  check, clamp and poison is that one launch instead of about fifteen torch ops;
 - the index build reads the ids *clamped* into their range, so an out-of-range id never
   becomes an out-of-bounds access;
 - a call whose ids are out of range (or repeat a feature id) returns an output of NaN, and
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -39,6 +42,7 @@ from .device_constants import capturing, outside_graph_pools
 __all__ = [
     "DEFERRED_DEVICES",
     "DeviceErrors",
+    "RangeCheck",
     "Row",
     "check_errors",
     "check_on_device",
@@ -92,20 +96,38 @@ def rows_for(dec: Decisions, *, buckets: int | None, head_dim: int) -> tuple[Row
     return tuple(rows)
 
 
+class RangeCheck(Protocol):
+    """One field's range check in fewer launches than torch ops (``check_range_into`` of the
+    Triton backend): ``ids`` clamped into [0, bound) (a new tensor), their [min, max] folded
+    into ``record_row``, ``poison`` (0-d float32) set to NaN if they leave the range, else to 0
+    when ``first`` (the call's first field) or left as the earlier fields made it;
+    ``scratch_row`` is the check's own (int64 [max, min, 0] before and after)."""
+
+    def __call__(
+        self, ids: Tensor, bound: int, record_row: Tensor, scratch_row: Tensor, poison: Tensor, *, first: bool
+    ) -> Tensor: ...
+
+
 class DeviceErrors:
     """One op's error record on one device: per row the smallest and largest value seen since
     the last report (int64 (R, 2); a "distinct" row holds 1 where a support repeated an id),
-    and its pinned host copy."""
+    and its pinned host copy; ``range_check``: the checks' kernel where the device has one
+    (then ``scratch`` holds its per-row state)."""
 
-    def __init__(self, owner: str, rows: tuple[Row, ...], device: torch.device):
+    def __init__(
+        self, owner: str, rows: tuple[Row, ...], device: torch.device, range_check: RangeCheck | None = None
+    ):
         self.owner, self.rows, self.device = owner, rows, device
+        self.range_check = range_check if all(r.kind == "range" for r in rows) else None
         init = [[_INT64_MAX, _INT64_MIN]] * len(rows)
 
         def make():  # kept across calls (the record is folded into by every call): outside graph pools
             first = torch.tensor(init, dtype=torch.int64, device=device)
-            return first, first.clone(), torch.tensor([r.bound for r in rows], dtype=torch.int64, device=device)
+            bounds = torch.tensor([r.bound for r in rows], dtype=torch.int64, device=device)
+            scratch = torch.tensor([[_INT64_MAX, _INT64_MIN, 0]] * len(rows), dtype=torch.int64, device=device)
+            return first, first.clone(), bounds, scratch
 
-        self.init, self.record, self.bounds = outside_graph_pools(device, make)
+        self.init, self.record, self.bounds, self.scratch = outside_graph_pools(device, make)
         cuda = device.type == "cuda"
         self.host = torch.empty((len(rows), 2), dtype=torch.int64, pin_memory=cuda)
         self.event = torch.cuda.Event() if cuda else None
@@ -164,13 +186,16 @@ def check_on_device(
     """``tensors`` (by field name) with every id clamped into its row's range, checked on the
     device into ``errors``; and a 0-d float tensor, NaN when this call's ids break a row, else
     0, to add to the output."""
+    if errors.range_check is not None:
+        return _check_ranges(tensors, rows, errors)
     clamped: dict[str, Tensor] = {}
     los, his = [], []
     for row in rows:
         t = tensors[row.field]
         if row.kind == "range":
             lo, hi = torch.aminmax(t)
-            clamped[row.field] = t.clamp(0, row.bound - 1)
+            # a bound past the dtype's range clamps nothing above (uint8 ids, 300 buckets)
+            clamped[row.field] = t.clamp(0, min(row.bound - 1, torch.iinfo(t.dtype).max))
         else:
             s = clamped.get(row.field, t).sort(dim=-1).values
             lo = hi = (s[..., 1:] == s[..., :-1]).any()
@@ -180,6 +205,19 @@ def check_on_device(
     bad = errors.fold(ext)
     errors.publish()
     return {n: clamped.get(n, t) for n, t in tensors.items()}, torch.where(bad, float("nan"), 0.0)
+
+
+def _check_ranges(tensors: dict[str, Tensor | None], rows: tuple[Row, ...], errors: DeviceErrors):
+    """:func:`check_on_device` through ``errors.range_check``: a launch per row (range rows only)."""
+    poison = torch.empty((), dtype=torch.float32, device=errors.device)
+    clamped = {
+        row.field: errors.range_check(
+            tensors[row.field], row.bound, errors.record[i], errors.scratch[i], poison, first=i == 0
+        )
+        for i, row in enumerate(rows)
+    }
+    errors.publish()
+    return {n: clamped.get(n, t) for n, t in tensors.items()}, poison
 
 
 def poisoned(out: Tensor, poison: Tensor | None) -> Tensor:

@@ -18,10 +18,20 @@ from ...ir.prepare import head_index
 from ..base import Backend, register
 from ..builder import register_builder
 from ..reference import feature_mask
-from .availability import triton_reasons
+from .availability import device_reasons, triton_reasons
 from .builder import TritonBuilder
 
-__all__ = ["TritonBackend", "TritonBuilder"]
+__all__ = ["TritonBackend", "TritonBuilder", "range_check"]
+
+
+def range_check(device: torch.device):
+    """The one-launch check of given ids' range (``idcheck.check_range_into``) where Triton
+    kernels run on ``device``; None elsewhere (torch ops check them)."""
+    if device_reasons(device):
+        return None
+    from .idcheck import check_range_into
+
+    return check_range_into
 
 
 class TritonBackend(Backend):

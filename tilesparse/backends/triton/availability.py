@@ -9,21 +9,26 @@ import torch
 
 from ...ir import AttentionInputs
 
-__all__ = ["HAVE_TRITON", "triton_reasons"]
+__all__ = ["HAVE_TRITON", "device_reasons", "triton_reasons"]
 
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 
 
 def triton_reasons(inputs: AttentionInputs) -> list[str]:
     """Why Triton kernels cannot run on ``inputs``' device (empty when they can)."""
+    return device_reasons(inputs.device)
+
+
+def device_reasons(device: torch.device) -> list[str]:
+    """Why Triton kernels cannot run on ``device`` (empty when they can)."""
     if not HAVE_TRITON:
         return ["triton is not installed (pip install 'triton>=3.6', or the Triton your torch requires)"]
     from .op import interpreting
 
     reasons = []
-    if inputs.device.type == "cpu" and not interpreting():
+    if device.type == "cpu" and not interpreting():
         reasons.append("inputs are on the CPU: triton runs on CUDA, or on the CPU under TRITON_INTERPRET=1")
-    if inputs.device.type == "cuda" and torch.cuda.get_device_capability(inputs.device) < (8, 0):
-        cap = torch.cuda.get_device_capability(inputs.device)
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 0):
+        cap = torch.cuda.get_device_capability(device)
         reasons.append(f"GPU compute capability {cap} < (8, 0)")
     return reasons

@@ -99,7 +99,7 @@ def rows_for(dec: Decisions, *, buckets: int | None, head_dim: int) -> tuple[Row
 class RangeCheck(Protocol):
     """One field's range check in fewer launches than torch ops (``check_range_into`` of the
     Triton backend): ``ids`` clamped into [0, bound) (a new tensor), their [min, max] folded
-    into ``record_row``, ``poison`` (0-d float32) set to NaN if they leave the range, else to 0
+    into ``record_row``, ``poison`` (0-d float32) set to NaN if they leave the range, else to 1
     when ``first`` (the call's first field) or left as the earlier fields made it;
     ``scratch_row`` is the check's own (int64 [max, min, 0] before and after)."""
 
@@ -185,7 +185,7 @@ def check_on_device(
 ) -> tuple[dict[str, Tensor | None], Tensor]:
     """``tensors`` (by field name) with every id clamped into its row's range, checked on the
     device into ``errors``; and a 0-d float tensor, NaN when this call's ids break a row, else
-    0, to add to the output."""
+    1, to multiply the output by (:func:`poisoned`)."""
     if errors.range_check is not None:
         return _check_ranges(tensors, rows, errors)
     clamped: dict[str, Tensor] = {}
@@ -204,7 +204,7 @@ def check_on_device(
     ext = torch.stack([torch.stack(los), torch.stack(his)], dim=1).to(torch.int64)
     bad = errors.fold(ext)
     errors.publish()
-    return {n: clamped.get(n, t) for n, t in tensors.items()}, torch.where(bad, float("nan"), 0.0)
+    return {n: clamped.get(n, t) for n, t in tensors.items()}, torch.where(bad, float("nan"), 1.0)
 
 
 def _check_ranges(tensors: dict[str, Tensor | None], rows: tuple[Row, ...], errors: DeviceErrors):
@@ -221,22 +221,10 @@ def _check_ranges(tensors: dict[str, Tensor | None], rows: tuple[Row, ...], erro
 
 
 def poisoned(out: Tensor, poison: Tensor | None) -> Tensor:
-    """``out`` plus the call's poison (NaN when its ids were out of range), and the same on the
-    way back: the gradient reaching the output is poisoned too (a loss such as ``out.sum()``
-    would otherwise send finite gradients through a NaN output)."""
-    return out if poison is None else _Poison.apply(out, poison)
-
-
-class _Poison(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, out: Tensor, poison: Tensor) -> Tensor:
-        ctx.save_for_backward(poison)
-        return out + poison
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        (poison,) = ctx.saved_tensors
-        return grad + poison, None
+    """``out`` times the call's poison (NaN when its ids were out of range, else 1: exact), and
+    so the same on the way back: the gradient reaching the output is multiplied by it too (a
+    loss such as ``out.sum()`` would otherwise send finite gradients through a NaN output)."""
+    return out if poison is None else out * poison
 
 
 def check_errors() -> None:

@@ -10,7 +10,7 @@ one field's part in one launch:
   maximum into the record row and into a scratch row (atomics);
 - the last program to finish (a counter in the scratch row) reads the scratch row's extremes,
   resets the row for the next call (so a CUDA graph replay finds it reset too) and writes the
-  call's poison: NaN when the field's ids leave [0, bound), else 0, or the poison of the
+  call's poison: NaN when the field's ids leave [0, bound), else 1, or the poison of the
   field checked before it in this call (``FIRST`` false), so one 0-d tensor covers every field.
 
 The record and scratch rows outlive the call (the op's :class:`DeviceErrors`); the poison is
@@ -64,7 +64,7 @@ def _check_range(X, OUT, RECORD, SCRATCH, POISON,
         tl.atomic_xchg(SCRATCH + 2, 0)
         bad = (call_lo < 0) | (call_hi >= bound)
         if FIRST:
-            before = 0.0
+            before = 1.0
         else:
             before = tl.load(POISON)
         tl.store(POISON, tl.where(bad, float("nan"), before))

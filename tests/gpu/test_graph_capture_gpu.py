@@ -23,6 +23,7 @@ Run: ``TRITON_INTERPRET=0 python -m pytest -q -m gpu tests/gpu/test_graph_captur
 
 from __future__ import annotations
 
+import gc
 import math
 
 import pytest
@@ -43,6 +44,10 @@ def _fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+    # an earlier test's graphs collected now, not inside a later capture: torch no longer
+    # collects at a capture's start, and make_graphed_callables leaves reference cycles whose
+    # collection mid-capture (freeing another graph's tensors) invalidated that capture
+    gc.collect()
 
 
 def _qkv(seed: int, dtype=torch.bfloat16):

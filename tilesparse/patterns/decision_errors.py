@@ -128,6 +128,7 @@ class DeviceErrors:
             return first, first.clone(), bounds, scratch
 
         self.init, self.record, self.bounds, self.scratch = outside_graph_pools(device, make)
+        self.row_views = [(self.record[i], self.scratch[i]) for i in range(len(rows))]  # made once, not per call
         cuda = device.type == "cuda"
         self.host = torch.empty((len(rows), 2), dtype=torch.int64, pin_memory=cuda)
         self.event = torch.cuda.Event() if cuda else None
@@ -211,10 +212,8 @@ def _check_ranges(tensors: dict[str, Tensor | None], rows: tuple[Row, ...], erro
     """:func:`check_on_device` through ``errors.range_check``: a launch per row (range rows only)."""
     poison = torch.empty((), dtype=torch.float32, device=errors.device)
     clamped = {
-        row.field: errors.range_check(
-            tensors[row.field], row.bound, errors.record[i], errors.scratch[i], poison, first=i == 0
-        )
-        for i, row in enumerate(rows)
+        row.field: errors.range_check(tensors[row.field], row.bound, record, scratch, poison, first=i == 0)
+        for i, (row, (record, scratch)) in enumerate(zip(rows, errors.row_views, strict=True))
     }
     errors.publish()
     return {n: clamped.get(n, t) for n, t in tensors.items()}, poison

@@ -144,6 +144,7 @@ def index_rows(budget_end: float, quick: bool) -> list[dict]:
             group = program.groups[0]
             heads = tuple(range(Hi))
             kw = dict(batch=B, seqlen=T, device=DEV)
+            inputs = ir.check_inputs(q, k, k)  # the builders' sizes and device
             dec0 = ts.compile(spec).decide(q, k, generator=torch.Generator(DEV).manual_seed(0))
             keep = {"q_keep": dec0.q_keep, "k_keep": dec0.k_keep} if dec0.q_keep is not None else {}
 
@@ -163,13 +164,13 @@ def index_rows(budget_end: float, quick: bool) -> list[dict]:
             lsh = ts.compile(ts.Hash(buckets=buckets)).decide
             paths = {
                 "torch_lsh+prepare": lambda: ir.prepare_group(program, group, heads, torch_lsh(), heads=Hi, **kw),
-                "torch_lsh+triton_build": lambda: triton_build(program, group, heads, torch_lsh(), n_heads=Hi, **kw),
+                "torch_lsh+triton_build": lambda: triton_build(program, group, heads, torch_lsh(), inputs),
                 "lsh_criterion": lambda: lsh(q, k, generator=torch.Generator(DEV).manual_seed(0)),
-                "triton_build(buckets given)": lambda: triton_build(program, group, heads, dec0, n_heads=Hi, **kw),
-                "cupy_build(buckets given)": lambda: cindex.build_group(program, group, heads, dec0, n_heads=Hi, **kw),
-                "cupy_lsh+build": lambda: cindex.build_group(program, group, heads, ts.Decisions(**keep), n_heads=Hi,
-                                                             q=q, k=k, rotations=rot, **kw),  # fmt: skip
-                "triton_lsh+build": lambda: triton_build(program, group, heads, triton_lsh(), n_heads=Hi, **kw),
+                "triton_build(buckets given)": lambda: triton_build(program, group, heads, dec0, inputs),
+                "cupy_build(buckets given)": lambda: cindex.build_group(program, group, heads, dec0, inputs),
+                "cupy_lsh+build": lambda: cindex.build_group(program, group, heads, ts.Decisions(**keep), inputs,
+                                                             rotations=rot),  # fmt: skip
+                "triton_lsh+build": lambda: triton_build(program, group, heads, triton_lsh(), inputs),
                 "torch_prepare(buckets given)": lambda: ir.prepare_group(program, group, heads, dec0, heads=Hi, **kw),
             }
             row = {"T": T, "spec": str(spec), "B": B, "H": Hi, "D": D}

@@ -30,7 +30,15 @@ from .patterns.decision_errors import DeviceErrors, check_on_device, poisoned, r
 from .patterns.specs import TopKFeatures
 from .planner import Plan, make_plan
 from .randomness import check_seed, op_generator
-from .sdpa_call import SdpaCall, document_range, parse_sdpa_call, polling, reference_mask_mod, run_sdpa_call
+from .sdpa_call import (
+    SdpaCall,
+    document_range,
+    parse_sdpa_call,
+    polling,
+    reference_mask_mod,
+    run_sdpa_call,
+    with_sdpa_keywords,
+)
 
 __all__ = ["CompiledAttention", "PlanStats", "compile"]
 
@@ -252,6 +260,7 @@ class CompiledAttention:
             self.stats.hits += 1
         return plan
 
+    @with_sdpa_keywords
     def __call__(
         self,
         q: Tensor,
@@ -261,15 +270,7 @@ class CompiledAttention:
         decisions: Decisions | None = None,
         generator: torch.Generator | None = None,
         cache: KVCache | None = None,
-        attn_mask: Tensor | None = None,
-        dropout_p: float = 0.0,
-        is_causal: bool | None = None,
-        scale: float | None = None,
-        enable_gqa: bool | None = None,
-        return_lse: bool = False,
-        key_padding_mask: Tensor | None = None,
-        document_ids: Tensor | None = None,
-        max_documents: int | None = None,
+        **sdpa,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attention of q (B, H, Tq, D) over k, v (B, Hkv, Tk, D) under the pattern, Tq <= Tk:
         query i sits at absolute position Tk - Tq + i (bottom-right, as FlashAttention).
@@ -282,15 +283,12 @@ class CompiledAttention:
         ``dropout_p=0``, ``is_causal``, ``scale``, ``enable_gqa``), ``key_padding_mask``/
         ``document_ids`` (exact predicates ANDed with the pattern; ``max_documents`` bounds the
         ids so that none is read back) and ``return_lse`` are described in
-        :mod:`tilesparse.sdpa_call`.
+        :mod:`tilesparse.sdpa_call`, whose :func:`~tilesparse.sdpa_call.parse_sdpa_call` declares
+        them (with their defaults: this method's signature shows them).
         """
         check_tensor_args(q, k, v)
         _check_generator(generator)
-        call = parse_sdpa_call(
-            q, k, causal=self.causal, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
-            enable_gqa=enable_gqa, return_lse=return_lse, key_padding_mask=key_padding_mask, document_ids=document_ids,
-            max_documents=max_documents,
-        )  # fmt: skip
+        call = parse_sdpa_call(q, k, causal=self.causal, **sdpa)
         if cache is not None:
             if not call.plain:
                 raise ValueError(

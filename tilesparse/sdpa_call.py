@@ -22,6 +22,10 @@ that runs them.
   FlexAttention do. It is computed by a chunked exact pass over the same mask and decisions
   (O(Tq * Tk * D) work, O(chunk * Tk) memory, no gradient): a diagnostic, not a kernel output.
 
+:func:`parse_sdpa_call`'s signature is the one place these keywords, their annotations and
+defaults are declared; :func:`with_sdpa_keywords` shows them in the signature of a call that
+forwards them (``CompiledAttention.__call__``).
+
 :func:`run_sdpa_call` runs a call that uses any of them: padding and documents through a
 rewritten spec (a sibling op, compiled once per variant and cached on the op) given the
 combined decisions.
@@ -29,6 +33,7 @@ combined decisions.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -42,7 +47,15 @@ from .patterns import decision_errors
 from .patterns.decision_errors import poisoned
 from .patterns.padding import document_count_of, padded_decisions, padding_mask_mod, with_padding
 
-__all__ = ["SdpaCall", "document_range", "parse_sdpa_call", "polling", "row_logsumexp", "run_sdpa_call"]
+__all__ = [
+    "SdpaCall",
+    "document_range",
+    "parse_sdpa_call",
+    "polling",
+    "row_logsumexp",
+    "run_sdpa_call",
+    "with_sdpa_keywords",
+]
 
 LSE_CHUNK = 256  # query rows per chunk of the exact log-sum-exp pass
 
@@ -124,6 +137,18 @@ def parse_sdpa_call(
         document_ids = _check_documents(document_ids, B, Tk, q.device)
     return SdpaCall(scale=scale, key_padding_mask=key_padding_mask, document_ids=document_ids, return_lse=return_lse,
                     max_documents=max_documents)  # fmt: skip
+
+
+def with_sdpa_keywords(fn: Callable) -> Callable:
+    """``fn``, whose ``**sdpa`` it passes on to :func:`parse_sdpa_call`, with a signature that
+    lists those keywords in its place as parse_sdpa_call declares them (annotations, defaults):
+    help() and ``inspect.signature`` show the whole call."""
+    sig = inspect.signature(fn)
+    own = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    sdpa = [p for name, p in inspect.signature(parse_sdpa_call).parameters.items()
+            if p.kind is p.KEYWORD_ONLY and name != "causal"]  # fmt: skip
+    fn.__signature__ = sig.replace(parameters=own + sdpa)
+    return fn
 
 
 def _key_padding_from_attn_mask(mask: object, B: int, Tk: int) -> Tensor:

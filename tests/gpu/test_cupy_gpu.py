@@ -224,7 +224,7 @@ def test_index_build_is_bit_identical_to_prepare():
                         heads = (0, 1, 2)
                         kw = dict(batch=2, seqlen=T, device=DEVICE)
                         want = ir.prepare_group(program, group, heads, dec, heads=3, **kw)
-                        got = cindex.build_group(program, group, heads, dec, n_heads=3, **kw)
+                        got = cindex.build_group(program, group, heads, dec, ir.check_inputs(q, k, k))
                         results.append(_compare(what, got, want))
                     except Exception as e:  # noqa: BLE001
                         results.append(_line(False, what, f"{type(e).__name__}: {e}"))
@@ -281,7 +281,8 @@ def test_hashing_in_the_first_launch_then_sorting_equals_prepare():
                     heads = (0, 1, 2, 3)
                     rot = cindex.lsh_rotations(4, 128, group.buckets, q.dtype, DEVICE, generator=g)
                     kw = dict(batch=2, seqlen=T, device=DEVICE)
-                    got = cindex.build_group(program, group, heads, ts.Decisions(**keep), n_heads=4, q=q, k=k, rotations=rot, **kw)
+                    inputs = ir.check_inputs(q, k, k)
+                    got = cindex.build_group(program, group, heads, ts.Decisions(**keep), inputs, rotations=rot)
                     qb, kb = cindex.lsh_buckets(q, k, rot, heads, group.buckets)
                     want_dec = ts.Decisions(q_bucket=qb.long(), k_bucket=kb.long(), **keep)
                     want = ir.prepare_group(program, group, heads, want_dec, heads=4, **kw)

@@ -63,7 +63,8 @@ class StepReads:
 
 
 class KVCache:
-    """Pattern-aware KV cache of one attention layer; made by ``CompiledAttention.new_cache``."""
+    """Pattern-aware KV cache of one attention layer; made by ``CompiledAttention.new_cache``,
+    which documents the arguments and holds their defaults (this constructor takes each one)."""
 
     def __init__(
         self,
@@ -75,10 +76,10 @@ class KVCache:
         heads: int,
         kv_heads: int,
         head_dim: int,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str = "cpu",
-        kv_capacity: int | None = None,
-        seed: int = 0,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        kv_capacity: int | None,
+        seed: int,
     ):
         for name, n in (("batch", batch), ("max_tokens", max_tokens), ("heads", heads), ("kv_heads", kv_heads)):
             if not isinstance(n, int) or n < 1:

@@ -220,6 +220,10 @@ def prepare_group(
     )  # fmt: skip
 
 
+_SIDE_FIELDS = ("order", "pos", "bucket", "ranges", "nseg")
+"""A side tuple's PreparedGroup fields, in order; each is ``q_`` or ``k_`` prefixed."""
+
+
 def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_side) -> PreparedGroup:
     """A PreparedGroup from each side's (order, pos, bucket, ranges, nseg), with the feature
     supports the score needs; shared by this module and fused index builders."""
@@ -227,8 +231,11 @@ def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_sid
     if isinstance(group.score, FeatureDotScore):
         sup_q = select_heads(dec.q_support, hs, heads).to(torch.int32).contiguous()
         sup_k = select_heads(dec.k_support, hs, heads).to(torch.int32).contiguous()
-    q_order, q_pos, q_bucket, q_ranges, q_nseg = q_side
-    k_order, k_pos, k_bucket, k_ranges, k_nseg = k_side
+    sides = {
+        f"{prefix}_{name}": tensor
+        for prefix, side in (("q", q_side), ("k", k_side))
+        for name, tensor in zip(_SIDE_FIELDS, side, strict=True)
+    }
     return PreparedGroup(
         group=group,
         heads=tuple(hs),
@@ -236,16 +243,7 @@ def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_sid
         seqlen=seqlen,
         block_q=program.block_q,
         block_k=program.block_k,
-        q_order=q_order,
-        q_pos=q_pos,
-        q_bucket=q_bucket,
-        k_order=k_order,
-        k_pos=k_pos,
-        k_bucket=k_bucket,
-        q_ranges=q_ranges,
-        q_nseg=q_nseg,
-        k_ranges=k_ranges,
-        k_nseg=k_nseg,
+        **sides,
         q_support=sup_q,
         k_support=sup_k,
     )

@@ -1,11 +1,10 @@
 #!/bin/bash
 # the session's last device run: GPU tests on two GPUs in parallel, then the benchmarks
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-R=$OUT/r; mkdir -p $R
+source benchmarks/results/logs/device_prelude.sh
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+mkdir -p $R
 nvidia-smi -L > $R/gpus.txt
-T0=$(date +%s)
 ( export CUDA_VISIBLE_DEVICES=0 TILESPARSE_GPU_EXAMPLES=48
   timeout 330 python3 -m pytest -q -rfE -m gpu -n 8 -p no:cacheprovider tests/gpu/test_triton_gpu.py tests/gpu/test_planner_gpu.py tests/gpu/test_sdpa_gpu.py tests/gpu/test_reliability_gpu.py > $R/tests_gpu0.log 2>&1; echo "rc=$? t=$(( $(date +%s) - T0 ))" >> $R/tests_gpu0.log ) &
 ( export CUDA_VISIBLE_DEVICES=1

@@ -2,9 +2,9 @@
 # GPU tests touched by the GQA-runtime change + target rows, then property shards; the Triton
 # cache (cubins and metadata only) comes back to be carried into the next call
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tcache
-R=$OUT/r; mkdir -p $R/property; T0=$(date +%s)
+source benchmarks/results/logs/device_prelude.sh
+export TRITON_CACHE_DIR=/tmp/tcache
+mkdir -p $R/property
 MODE=${1:-full}; FIRST=${2:-31}; N=${3:-10}; END=${4:-520}
 if ls build/device/tcache/tc.part-* >/dev/null 2>&1; then
   cat build/device/tcache/tc.part-* | xz -d -T16 | tar xf - -C / ; echo "cache in: $(find /tmp/tcache -name '*.cubin' | wc -l) cubins t=$(( $(date +%s) - T0 ))"

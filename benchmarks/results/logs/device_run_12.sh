@@ -2,9 +2,9 @@
 # after the planner's tile-size fix: its GPU regression test, the host probe with CUDA-graph
 # replay (alone on the machine), then the GPU suite beside a few property shards
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/tcache
-R=$OUT/r; mkdir -p $R/property; T0=$(date +%s)
+source benchmarks/results/logs/device_prelude.sh
+export TRITON_CACHE_DIR=/tmp/tcache
+mkdir -p $R/property
 cat build/device/tcache/tc.part-* | xz -d -T16 | tar xf - -C / ; echo "cache in: $(find /tmp/tcache -name '*.cubin' | wc -l) cubins t=$(( $(date +%s) - T0 ))"
 timeout 90 python3 -m pytest -v -s -rfE --tb=short -m gpu -p no:cacheprovider tests/gpu/test_planner_gpu.py -k different_tiles > $R/tests_tiles_run12.log 2>&1; echo "tiles test rc=$? t=$(( $(date +%s) - T0 ))"
 timeout 170 python3 benchmarks/probe_host.py --out $R/probe --shapes 1x16x16x64x4096,1x32x8x128x4096 --patterns dense-triton,keep0.7,keep0.5,hash16,hash64,hybrid,perhead,topk8 --calls 30 --stat median > $R/probe.log 2>&1; echo "probe rc=$? t=$(( $(date +%s) - T0 ))"

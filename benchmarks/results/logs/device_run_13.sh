@@ -2,9 +2,8 @@
 # #12/#14: the make_graphed_callables GPU test; the Llama step through torch.compile
 # (reduce-overhead, default); #11: the fused backward's dQ atomics alone
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1
-R=$OUT/r; mkdir -p $R; T0=$(date +%s)
+source benchmarks/results/logs/device_prelude.sh
+mkdir -p $R
 python3 -c "import transformers; print('transformers', transformers.__version__)"
 timeout 60 python3 benchmarks/probe_atomics.py --out $R/atomics64 > $R/atomics64.log 2>&1; echo "atomics64 rc=$? t=$(( $(date +%s) - T0 ))"; cat $R/atomics64.log | tail -4
 timeout 60 python3 benchmarks/probe_atomics.py --tiles 1050000 --out $R/atomics128 > $R/atomics128.log 2>&1; echo "atomics128 rc=$? t=$(( $(date +%s) - T0 ))"; tail -4 $R/atomics128.log

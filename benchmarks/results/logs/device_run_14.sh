@@ -2,9 +2,8 @@
 # #14/#12: the Llama step eager and through torch.compile (reduce-overhead, default), after the
 # integration's mask builder and the SDPA-keyword custom op
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1
-R=$OUT/r; mkdir -p $R; T0=$(date +%s)
+source benchmarks/results/logs/device_prelude.sh
+mkdir -p $R
 for mode in none reduce-overhead default; do
   B=$(( 585 - ($(date +%s) - T0) ))
   timeout $B python3 benchmarks/bench_llama_step.py --compile $mode --skip-packed --out $R/llama_step_$mode.json > $R/llama_$mode.log 2>&1

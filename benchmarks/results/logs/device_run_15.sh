@@ -2,9 +2,8 @@
 # #12: the CUDA-graph / compile GPU tests after the op change; the training section at 16,384
 # tokens a step; #14: the Llama step eager with the sdpa-keypad baseline
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1
-R=$OUT/r; mkdir -p $R; T0=$(date +%s)
+source benchmarks/results/logs/device_prelude.sh
+mkdir -p $R
 timeout 150 python3 -m pytest -v -rfE --tb=short -m gpu -p no:cacheprovider tests/gpu/test_graph_capture_gpu.py > $R/tests_graph_run15.log 2>&1; echo "graph tests rc=$? t=$(( $(date +%s) - T0 ))"
 grep -E "passed|failed|FAILED|ERROR" $R/tests_graph_run15.log | cut -c1-300 | tail -8
 timeout 120 python3 benchmarks/bench_llama_step.py --impls sdpa,sdpa-keypad,dense,hash16,keep0.7 --out $R/llama_step_h200.json > $R/llama_none.log 2>&1; echo "llama none rc=$? t=$(( $(date +%s) - T0 ))"; grep "^{" $R/llama_none.log | cut -c1-300

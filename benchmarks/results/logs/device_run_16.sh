@@ -1,9 +1,8 @@
 #!/bin/bash
 # #14/#12: the Llama step through torch.compile (default, reduce-overhead) with the sdpa-keypad baseline
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1
-R=$OUT/r; mkdir -p $R; T0=$(date +%s)
+source benchmarks/results/logs/device_prelude.sh
+mkdir -p $R
 for mode in default reduce-overhead; do
   B=$(( 560 - ($(date +%s) - T0) ))
   timeout $B python3 benchmarks/bench_llama_step.py --compile $mode --skip-packed --impls sdpa,sdpa-keypad,dense,hash16,keep0.7 --out $R/llama_step_$mode.json > $R/llama_$mode.log 2>&1

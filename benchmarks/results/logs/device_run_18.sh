@@ -1,5 +1,4 @@
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
-export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1
+source benchmarks/results/logs/device_prelude.sh
 mkdir -p $OUT/r
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv
 timeout 300 python3 benchmarks/probe_tma.py --out $OUT/r/tma16k --shape 1,32,16384,128 > $OUT/r/tma16k.log 2>&1; echo tma rc=$?

@@ -1,5 +1,4 @@
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
-export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1
+source benchmarks/results/logs/device_prelude.sh
 mkdir -p $OUT/r
 timeout 240 python3 benchmarks/probe_lsh.py --out $OUT/r/lsh > $OUT/r/probe_lsh.log 2>&1; echo probe rc=$?
 timeout 300 python3 -m pytest -v -rfE -p no:cacheprovider -m gpu tests/gpu/test_triton_gpu.py -k "lsh or hashing or long_sequences or recompiles" tests/gpu/test_graph_capture_gpu.py -x > $OUT/r/tests.log 2>&1; echo tests rc=$?

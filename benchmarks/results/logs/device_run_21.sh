@@ -1,5 +1,4 @@
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
-export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1
+source benchmarks/results/logs/device_prelude.sh
 mkdir -p $OUT/r
 timeout 200 python3 benchmarks/probe_lsh.py --out $OUT/r/lsh > $OUT/r/probe_lsh.log 2>&1; echo probe rc=$?
 timeout 200 python3 benchmarks/bench_features.py --out $OUT/r/index --index-only > $OUT/r/index.log 2>&1; echo index rc=$?

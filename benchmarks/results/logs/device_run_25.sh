@@ -3,9 +3,8 @@
 # step through torch.compile (default mode), the CUDA-graph / torch.compile GPU tests, and the
 # Triton GPU tests touched this session (lsh hashing, long sequences)
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1
-R=$OUT/r; mkdir -p $R; T0=$(date +%s)
+source benchmarks/results/logs/device_prelude.sh
+mkdir -p $R
 timeout 260 python3 benchmarks/bench_llama_step.py --compile default --skip-packed --impls sdpa,dense,hash16,keep0.7 --out $R/llama_step_compiled_h200.json > $R/llama.log 2>&1; echo "llama rc=$? t=$(( $(date +%s) - T0 ))"; grep "^{" $R/llama.log | cut -c1-260
 timeout 150 python3 -m pytest -v -rfE --tb=short -m gpu -p no:cacheprovider tests/gpu/test_graph_capture_gpu.py > $R/tests_graph.log 2>&1; echo "graph tests rc=$? t=$(( $(date +%s) - T0 ))"
 grep -E "passed|failed|FAILED|ERROR" $R/tests_graph.log | cut -c1-300 | tail -4

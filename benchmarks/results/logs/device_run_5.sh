@@ -1,8 +1,7 @@
 #!/bin/bash
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1
-R=$OUT/r; mkdir -p $R; T0=$(date +%s)
+source benchmarks/results/logs/device_prelude.sh
+mkdir -p $R
 PT="python3 -m pytest -q -rfE -m gpu -p no:cacheprovider"
 # alone on the machine first: host time per call by stage
 timeout 170 python3 benchmarks/probe_host.py --out $R/probe --shapes 1x16x16x64x4096,1x32x8x128x4096 --patterns dense-triton,keep0.7,keep0.5,keep0.3,hash16,hash64,hybrid,perhead,topk8 --calls 100 > $R/probe.log 2>&1; echo "rc=$? t=$(( $(date +%s) - T0 ))" >> $R/probe.log

@@ -1,8 +1,7 @@
 #!/bin/bash
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-export TRITON_INTERPRET=0 PYTHONUNBUFFERED=1
-R=$OUT/r; mkdir -p $R; T0=$(date +%s)
+source benchmarks/results/logs/device_prelude.sh
+mkdir -p $R
 timeout 170 python3 -m pytest -v -rfE --tb=short -m gpu -n 4 -p no:cacheprovider tests/gpu/test_graph_capture_gpu.py tests/gpu/test_nan_containment_gpu.py tests/gpu/test_lean_launch_gpu.py > $R/tests_graph_nan_lean_h200_run6.log 2>&1; echo "tests1 rc=$? t=$(( $(date +%s) - T0 ))"
 timeout 60 python3 benchmarks/bench_models.py --out $R --tag targets_flag2_h200 --shapes 2,12,12,64,16384 --patterns keep0.7,keep0.5,hash16 > $R/bench_d64.log 2>&1; echo "bench64 rc=$? t=$(( $(date +%s) - T0 ))"
 timeout 150 python3 benchmarks/bench_models.py --out $R --tag targets_d128_flag2_h200 --shapes 1,32,8,128,32768 --patterns keep0.7,keep0.5,hash16 > $R/bench_d128.log 2>&1; echo "bench128 rc=$? t=$(( $(date +%s) - T0 ))"

@@ -82,7 +82,8 @@ def test_emulated_index_build_equals_prepare(emulated_index, data, causal, block
     group = program.groups[0]
     kw = dict(batch=B, seqlen=T, device="cpu")
     want = ir.prepare_group(program, group, (0, 1), dec, heads=H, **kw)
-    got = cindex.build_group(program, group, (0, 1), dec, n_heads=H, **kw)
+    x = torch.zeros(B, H, T, 8)
+    got = cindex.build_group(program, group, (0, 1), dec, ir.check_inputs(x, x, x))
     for f in FIELDS:
         assert torch.equal(getattr(got, f), getattr(want, f)), f"{f} differs: {spec} causal={causal} T={T} blocks={blocks}"
 
@@ -96,7 +97,7 @@ def test_emulated_index_build_spans_several_chunks(emulated_index):
     program = ir.lower(spec, causal=True, block_q=64, block_k=64)
     kw = dict(batch=1, seqlen=T, device="cpu")
     want = ir.prepare_group(program, program.groups[0], (0,), dec, heads=1, **kw)
-    got = cindex.build_group(program, program.groups[0], (0,), dec, n_heads=1, **kw)
+    got = cindex.build_group(program, program.groups[0], (0,), dec, ir.check_inputs(q, k, k))
     for f in FIELDS:
         assert torch.equal(getattr(got, f), getattr(want, f)), f
 
@@ -134,7 +135,7 @@ def test_emulated_hashing_build_equals_prepare_over_its_buckets(emulated_index, 
     group = program.groups[0]
     rot = cindex.lsh_rotations(H, D, group.buckets, q.dtype, "cpu", generator=g)
     kw = dict(batch=B, seqlen=T, device="cpu")
-    got = cindex.build_group(program, group, (0, 1), ts.Decisions(**keep), n_heads=H, q=q, k=k, rotations=rot, **kw)
+    got = cindex.build_group(program, group, (0, 1), ts.Decisions(**keep), ir.check_inputs(q, k, k), rotations=rot)
     qb, kb = cindex.lsh_buckets(q, k, rot, (0, 1), group.buckets)
     want = ir.prepare_group(program, group, (0, 1), ts.Decisions(q_bucket=qb.long(), k_bucket=kb.long(), **keep), heads=H, **kw)
     for f in FIELDS:

@@ -45,7 +45,7 @@ class CupyBuilder(HashingBuilder):
     def build(self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs) -> PreparedGroup:
         from .index import build_group
 
-        return build_group(program, group, heads, decisions, **_sizes(inputs))
+        return build_group(program, group, heads, decisions, inputs)
 
     def build_hashing(
         self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs, lsh: LshHash
@@ -53,9 +53,5 @@ class CupyBuilder(HashingBuilder):
         """The same two launches, the first hashing every head into ``lsh``'s buffers."""
         from .index import build_group
 
-        return build_group(program, group, heads, decisions, q=inputs.q, k=inputs.k, rotations=lsh.rotations,
-                           bucket_out=(lsh.q_bucket, lsh.k_bucket), **_sizes(inputs))  # fmt: skip
-
-
-def _sizes(inputs: AttentionInputs) -> dict:
-    return dict(batch=inputs.batch, n_heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device)
+        return build_group(program, group, heads, decisions, inputs, rotations=lsh.rotations,
+                           bucket_out=(lsh.q_bucket, lsh.k_bucket))  # fmt: skip

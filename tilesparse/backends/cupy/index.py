@@ -5,8 +5,8 @@ head, where the torch path sorts. The first launch counts each chunk's bins (has
 chunk's tokens first when it is given rotations), the second sorts and writes every block's
 ranges from the two sides' histograms, with no wait for the other side's sort.
 
-``build_group`` takes the same arguments as the Triton builder's, plus optional ``q``, ``k``
-and ``rotations`` to hash in the kernel instead of reading ``dec``'s buckets;
+``build_group`` takes the same arguments as the Triton builder's, plus optional ``rotations``
+to hash the inputs' q and k in the kernel instead of reading ``dec``'s buckets;
 :func:`lsh_rotations` draws the rotations exactly as the ``lsh`` criterion does, so with the
 same generator the buckets agree with the criterion's up to the rounding of the projection
 (cuBLAS and this kernel sum in different orders; near-ties may flip).
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ...ir import HeadGroup, Keep, PreparedGroup, Program, SameBucket, max_segments
+from ...ir import AttentionInputs, HeadGroup, Keep, PreparedGroup, Program, SameBucket, max_segments
 from ...ir import device_constant
 from ...ir.prepare import assemble_group, head_map, select_heads
 from .compile import SHARED_LIMIT
@@ -150,30 +150,24 @@ def build_group(
     group: HeadGroup,
     heads: tuple[int, ...],
     dec,
+    inputs: AttentionInputs,
     *,
-    batch: int,
-    n_heads: int,
-    seqlen: int,
-    device: torch.device,
-    q: Tensor | None = None,
-    k: Tensor | None = None,
     rotations: Tensor | None = None,
     bucket_out: tuple[Tensor, Tensor] | None = None,
 ) -> PreparedGroup:
-    """:func:`tilesparse.ir.prepare_group` computed by the two kernels; with ``rotations`` (and
-    q, k) the buckets are hashed in the first launch instead of read from ``dec``, into
-    ``bucket_out`` ((B, Hg, T) int32 each) when given."""
-    B, T, Hg = batch, seqlen, len(heads)
+    """:func:`tilesparse.ir.prepare_group` computed by the two kernels, at the sizes and on the
+    device of ``inputs``; with ``rotations`` the buckets of the inputs' q and k are hashed in the
+    first launch instead of read from ``dec``, into ``bucket_out`` ((B, Hg, T) int32 each) when
+    given."""
+    B, T, Hg, device = inputs.batch, inputs.seqlen, len(heads), inputs.device
     has_bucket = group.has(SameBucket)
     n_buckets = group.buckets if has_bucket else 1
     if n_buckets > MAX_BUCKETS:
         raise ValueError(f"the fused index build handles at most {MAX_BUCKETS} buckets, got {n_buckets}")
-    sel = lambda t: None if t is None else select_heads(t, heads, n_heads)  # noqa: E731
+    sel = lambda t: None if t is None else select_heads(t, heads, inputs.heads)  # noqa: E731
     i32 = dict(dtype=torch.int32, device=device)
     hashing = has_bucket and rotations is not None
     if hashing:
-        if q is None or k is None:
-            raise ValueError("build_group: rotations need q and k to hash")
         qb, kb = bucket_out if bucket_out is not None else (torch.empty((B, Hg, T), **i32) for _ in range(2))
         for name, t in zip(("q", "k"), (qb, kb), strict=True):
             if t.shape != (B, Hg, T) or t.dtype != torch.int32 or not t.is_contiguous():
@@ -185,7 +179,8 @@ def build_group(
     qk = kk = None
     if group.has(Keep):  # bool is one byte: read as uint8 without a copy
         qk, kk = (_bytes(sel(t)) for t in (dec.q_keep, dec.k_keep))
-    counts = _count(q, k, rotations if hashing else None, heads, qb, kb, qk, kk, n_buckets, has_bucket, B, T)
+    counts = _count(inputs.q, inputs.k, rotations if hashing else None, heads, qb, kb, qk, kk, n_buckets, has_bucket,
+                    B, T)
     blocks = (program.block_q, program.block_k)
     (nqb, qs), (nkb, ks) = ((-(-T // blk), max_segments(blk, group.buckets)) for blk in blocks)
     # every output is a view of one int32 buffer: one allocation per call
@@ -206,4 +201,4 @@ def build_group(
     )  # fmt: skip
     order, pos, bkt = layout
     out = [(order[s], pos[s], bkt[s], ranges, n) for s, ranges, n in ((0, q_ranges, q_nseg), (1, k_ranges, k_nseg))]
-    return assemble_group(program, group, heads, dec, n_heads, T, device, out[0], out[1])
+    return assemble_group(program, group, heads, dec, inputs.heads, T, device, out[0], out[1])

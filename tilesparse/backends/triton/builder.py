@@ -38,10 +38,7 @@ class TritonBuilder(HashingBuilder):
 
         if inputs.q_len != inputs.k_len:
             return BUILDERS["torch"].build(program, group, heads, decisions, inputs)
-        return build_group(
-            program, group, heads, decisions,
-            batch=inputs.batch, n_heads=inputs.heads, seqlen=inputs.seqlen, device=inputs.device,
-        )  # fmt: skip
+        return build_group(program, group, heads, decisions, inputs)
 
     def hash_reasons(self, inputs: AttentionInputs, buckets: int) -> list[str]:
         reasons = triton_reasons(inputs)

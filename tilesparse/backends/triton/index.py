@@ -36,6 +36,7 @@ from ...ir import (
     DROPPED_Q_BUCKET,
     KEY_SENTINEL,
     QUERY_SENTINEL,
+    AttentionInputs,
     HeadGroup,
     Keep,
     Layout,
@@ -417,18 +418,11 @@ def _views(identity: bool, B: int, Hg: int, T: int, n_chunks: int, cat_pad: int,
 
 
 def build_group(
-    program: Program,
-    group: HeadGroup,
-    heads: tuple[int, ...],
-    dec,
-    *,
-    batch: int,
-    n_heads: int,
-    seqlen: int,
-    device: torch.device,
+    program: Program, group: HeadGroup, heads: tuple[int, ...], dec, inputs: AttentionInputs
 ) -> PreparedGroup:
-    """:func:`tilesparse.ir.prepare_group` computed by the fused kernels."""
-    B, T, Hg = batch, seqlen, len(heads)
+    """:func:`tilesparse.ir.prepare_group` computed by the fused kernels, at the sizes and on the
+    device of ``inputs`` (the arguments of :meth:`tilesparse.backends.builder.IndexBuilder.build`)."""
+    B, T, Hg, device = inputs.batch, inputs.seqlen, len(heads), inputs.device
     st = _static(group, program.block_q, program.block_k, B, Hg, T)
     # every index tensor is a view of one int32 buffer: one allocation per call
     buf = torch.empty(st.total, dtype=torch.int32, device=device)
@@ -436,7 +430,7 @@ def build_group(
     sorted_keys: list[torch.Tensor | None] = [None, None]
     orders: list[torch.Tensor | None] = [None, None]
     if not st.identity:
-        sel = lambda t: select_heads(t, heads, n_heads).contiguous()  # noqa: E731
+        sel = lambda t: select_heads(t, heads, inputs.heads).contiguous()  # noqa: E731
         keys, counts, skey0, skey1, order0, order1 = views[:6]
         views = views[6:]
         skeys, order = skey0, order0  # both sides, from side 0's start
@@ -463,4 +457,4 @@ def build_group(
         Q_SENTINEL=q_sentinel, K_SENTINEL=k_sentinel, Q_DROPPED=q_dropped, K_DROPPED=k_dropped,
         BLOCK_Q=block_q, BLOCK_K=block_k, SEG_Q=seg_q, SEG_K=seg_k, **st.flags,
     )  # fmt: skip
-    return assemble_group(program, group, heads, dec, n_heads, T, device, q_out, k_out)
+    return assemble_group(program, group, heads, dec, inputs.heads, T, device, q_out, k_out)

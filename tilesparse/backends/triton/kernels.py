@@ -84,12 +84,15 @@ def _tiles(rng, s, BLOCK: tl.constexpr, SINGLE_LOOP: tl.constexpr, prev_hi):
     """Segment s's row range (lo, full_lo, full_hi, hi) as tiles BLOCK wide: visit [lo, hi),
     unmasked [f0, f1); a tile the previous segment visited is skipped. With SINGLE_LOOP every
     tile is masked (f0 = f1 = hi): one pipelined loop over the segment (short segments).
+    Returns (lo, f0, f1, hi, the ``prev_hi`` to pass for segment s + 1).
 
     Segments' row ranges increase (buckets are sorted), so the previous segment ends at its
     own hi, ``prev_hi`` as the segment loop carries it. Where the compiler folds that carried
     scalar to its initial value (Triton 3.6 and 3.7, versions.CARRIED_SCALAR_FOLDED; the
-    interpreter does not), which would visit shared tiles twice, it is read back from memory.
+    interpreter does not), which would visit shared tiles twice, it is read back from memory
+    and the loop carries nothing (the ``prev_hi`` returned is the one passed).
     """
+    carried = prev_hi
     if not CARRY_PREV_HI:
         prev_hi = tl.cdiv(tl.load(rng + s * 4 - 1, mask=s > 0, other=0), BLOCK)
     lo_r = tl.load(rng + s * 4)
@@ -100,10 +103,12 @@ def _tiles(rng, s, BLOCK: tl.constexpr, SINGLE_LOOP: tl.constexpr, prev_hi):
     hi = tl.maximum(tl.cdiv(hi_r, BLOCK), lo)
     f0 = tl.minimum(tl.maximum(tl.cdiv(flo_r, BLOCK), lo), hi)
     f1 = tl.minimum(tl.maximum(fhi_r // BLOCK, f0), hi)
+    if CARRY_PREV_HI:
+        carried = hi
     if SINGLE_LOOP:
         f0 = hi
         f1 = hi
-    return lo, f0, f1, hi
+    return lo, f0, f1, hi, carried
 
 
 @triton.jit
@@ -154,11 +159,11 @@ def _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, k_group, v
 
 
 @triton.jit
-def _key_layout(K_ORDER, K_POS, K_BKT, pid_bh, seqlen_k):
-    """The key layout's order, positions and buckets of this (batch, group head): Tk rows
-    (queries have Tq = seqlen)."""
-    row_base_k = pid_bh.to(tl.int64) * seqlen_k
-    return K_ORDER + row_base_k, K_POS + row_base_k, K_BKT + row_base_k
+def _side_layout(ORDER, POS, BKT, pid_bh, length):
+    """One side's layout (order, positions, buckets) of this (batch, group head), ``length`` rows
+    (keys: Tk; queries: Tq = seqlen): what the other side's row ranges index."""
+    row_base = pid_bh.to(tl.int64) * length
+    return ORDER + row_base, POS + row_base, BKT + row_base
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,12 +246,10 @@ def _attn_fwd(Q, K, V, O, LSE,
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     nseg, rng = _segments(NSEG, RANGES, pid_bh, n_blocks, pid_m, MAX_SEG)
-    k_order, k_posp, k_bktp = _key_layout(K_ORDER, K_POS, K_BKT, pid_bh, seqlen_k)
+    k_order, k_posp, k_bktp = _side_layout(K_ORDER, K_POS, K_BKT, pid_bh, seqlen_k)
     prev_hi = 0
     for s in range(nseg):
-        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP, prev_hi)
-        if CARRY_PREV_HI:
-            prev_hi = hi
+        lo, f0, f1, hi, prev_hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP, prev_hi)
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                         k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
                                         BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
@@ -364,16 +367,12 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     nseg, rng = _segments(NSEG, RANGES, pid_bh, n_blocks, pid_n, MAX_SEG)
-    q_order = Q_ORDER + row_base
-    q_posp = Q_POS + row_base
-    q_bktp = Q_BKT + row_base
+    q_order, q_posp, q_bktp = _side_layout(Q_ORDER, Q_POS, Q_BKT, pid_bh, seqlen)
     lsep = LSE + row_base
     deltap = DELTA + row_base
     prev_hi = 0
     for s in range(nseg):
-        lo, f0, f1, hi = _tiles(rng, s, BLOCK_M, SINGLE_LOOP, prev_hi)
-        if CARRY_PREV_HI:
-            prev_hi = hi
+        lo, f0, f1, hi, prev_hi = _tiles(rng, s, BLOCK_M, SINGLE_LOOP, prev_hi)
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                       q_order, q_posp, q_bktp, lsep, deltap, lo, f0, qk_scale, seqlen,
                                       offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
@@ -483,12 +482,10 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     nseg, rng = _segments(NSEG, RANGES, pid_bh, n_blocks, pid_m, MAX_SEG)
-    k_order, k_posp, k_bktp = _key_layout(K_ORDER, K_POS, K_BKT, pid_bh, seqlen_k)
+    k_order, k_posp, k_bktp = _side_layout(K_ORDER, K_POS, K_BKT, pid_bh, seqlen_k)
     prev_hi = 0
     for s in range(nseg):
-        lo, f0, f1, hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP, prev_hi)
-        if CARRY_PREV_HI:
-            prev_hi = hi
+        lo, f0, f1, hi, prev_hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP, prev_hi)
         dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                 k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
                                 BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)

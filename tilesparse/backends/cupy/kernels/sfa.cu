@@ -139,21 +139,63 @@ struct Keys {
     int seqlen, n_tiles, n_feat, topk;
 };
 
-// Layout row r of the queries: in range, its original row, position and bucket (sentinels past T).
-__device__ __forceinline__ void query_row(const int* q_order, const int* q_pos, const int* q_bucket, long long row0,
-                                          int r, int seqlen, bool& ok, int& orig, int& pos, int& bkt) {
-    ok = r < seqlen;
-    orig = ok ? q_order[row0 + r] : 0;
-    pos = ok ? q_pos[row0 + r] : -1;
-    bkt = ok ? q_bucket[row0 + r] : -1;
+// The keys of program bh = blockIdx.y, one (b, query head of the group): the head's V is its kv
+// head's, head_map[head] / kv_group.
+template <class DT>
+__device__ __forceinline__ Keys<DT> program_keys(const int* k_order, const int* k_pos, const int* k_bucket,
+                                                 const short* kc_ptr, const short* kc_row,
+                                                 const typename DT::T* kc_val, const typename DT::T* v,
+                                                 long long stride_vb, long long stride_vh, long long stride_vt,
+                                                 const int* head_map, int heads_g, int kv_group, int seqlen,
+                                                 int n_tiles, int n_feat, int topk) {
+    const int bh = blockIdx.y;
+    const int b = bh / heads_g, hkv = head_map[bh % heads_g] / kv_group;
+    return {k_order, k_pos, k_bucket, kc_ptr, kc_row, kc_val, v + b * stride_vb + hkv * stride_vh,
+            stride_vt, (long long)bh * seqlen, bh, seqlen, n_tiles, n_feat, topk};
 }
 
-// The segments of block `block` of program bh: their row ranges (rng) and how many there are.
-__device__ __forceinline__ int block_segments(const int* ranges, const int* nseg, int bh, int n_blocks, int block,
-                                              int max_seg, const int*& rng) {
-    rng = ranges + ((long long)bh * n_blocks + block) * max_seg * 4;
-    return nseg[(long long)bh * n_blocks + block];
+// Layout row r of the queries: in range, its original row, position and bucket (sentinels past T).
+struct QueryRow {
+    bool ok;
+    int orig, pos, bkt;
+};
+__device__ __forceinline__ QueryRow query_row(const int* q_order, const int* q_pos, const int* q_bucket, long long row0,
+                                              int r, int seqlen) {
+    const bool ok = r < seqlen;
+    return {ok, ok ? q_order[row0 + r] : 0, ok ? q_pos[row0 + r] : -1, ok ? q_bucket[row0 + r] : -1};
 }
+
+// One segment's tiles (segment_tiles): visit [lo, hi), of which [f0, f1) need no mask.
+struct TileInterval {
+    int lo, f0, f1, hi;
+    __device__ __forceinline__ bool masked(int n) const { return n < f0 || n >= f1; }
+};
+
+// The segments of block `block` of program bh as tile intervals `width` rows wide, in order, for
+// `for (const TileInterval iv : BlockTiles(...))`: reading a segment updates the running prev_hi,
+// so each is read once and in order, as a range-based for loop does.
+struct BlockTiles {
+    const int* rng;
+    int n_seg, width;
+    __device__ __forceinline__ BlockTiles(const int* ranges, const int* nseg, int bh, int n_blocks, int block,
+                                          int max_seg, int tile_rows)
+        : rng(ranges + ((long long)bh * n_blocks + block) * max_seg * 4),
+          n_seg(nseg[(long long)bh * n_blocks + block]),
+          width(tile_rows) {}
+    struct Segment {
+        const int* rng;
+        int s, width, prev_hi;
+        __device__ __forceinline__ bool operator!=(int end) const { return s < end; }
+        __device__ __forceinline__ void operator++() { ++s; }
+        __device__ __forceinline__ TileInterval operator*() {
+            TileInterval iv;
+            segment_tiles(rng, s, width, prev_hi, iv.lo, iv.f0, iv.f1, iv.hi);
+            return iv;
+        }
+    };
+    __device__ __forceinline__ Segment begin() const { return {rng, 0, width, 0}; }
+    __device__ __forceinline__ int end() const { return n_seg; }
+};
 
 // a key tile in shared memory
 struct KeyTile {
@@ -275,17 +317,23 @@ __device__ __forceinline__ float element_ds(float p, const float* dor, const flo
     return p * (dp - delta_i);
 }
 
+// The parameters every attention kernel takes, in launch order (op.py): first the group's index
+// tensors (both layouts, the block ranges being walked, the head map), then after the query
+// supports the compressed keys (sfa_compress_keys) and V with its (b, head, row) strides.
+#define SFA_INDEX_PARAMS                                                                                           \
+    const int* __restrict__ q_order, const int* __restrict__ q_pos, const int* __restrict__ q_bucket,              \
+    const int* __restrict__ k_order, const int* __restrict__ k_pos, const int* __restrict__ k_bucket,              \
+    const int* __restrict__ ranges, const int* __restrict__ nseg, const int* __restrict__ head_map
+#define SFA_KEY_PARAMS                                                                                             \
+    const short* __restrict__ kc_ptr, const short* __restrict__ kc_row, const typename DT::T* __restrict__ kc_val, \
+    const typename DT::T* __restrict__ v, long long stride_vb, long long stride_vh, long long stride_vt
+
 // ---------------------------------------------------------------------------------------------
 // forward
 
 template <class DT, int HEAD_DIM>
 __global__ void __launch_bounds__(NT) sfa_fwd(
-    const int* __restrict__ q_order, const int* __restrict__ q_pos, const int* __restrict__ q_bucket,
-    const int* __restrict__ k_order, const int* __restrict__ k_pos, const int* __restrict__ k_bucket,
-    const int* __restrict__ ranges, const int* __restrict__ nseg, const int* __restrict__ head_map,
-    const short* __restrict__ q_ids, const typename DT::T* __restrict__ q_vals,
-    const short* __restrict__ kc_ptr, const short* __restrict__ kc_row, const typename DT::T* __restrict__ kc_val,
-    const typename DT::T* __restrict__ v, long long stride_vb, long long stride_vh, long long stride_vt,
+    SFA_INDEX_PARAMS, const short* __restrict__ q_ids, const typename DT::T* __restrict__ q_vals, SFA_KEY_PARAMS,
     float* __restrict__ out, float* __restrict__ lse,
     int seqlen, int n_blocks, int n_tiles, int max_seg, int heads_g, int kv_group, int n_feat, int topk,
     float qk_scale, int flags) {
@@ -309,15 +357,12 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
     const int tid = threadIdx.x, i = tid >> 2, l4 = tid & 3;
     const int m = blockIdx.x, bh = blockIdx.y;
     for (int c = tid; c < BN; c += NT) t.bad[c] = 0;  // before the first tile's barrier
-    const int b = bh / heads_g, hkv = head_map[bh % heads_g] / kv_group;
-    const long long row0 = (long long)bh * seqlen;
-    const Keys<DT> g = {k_order, k_pos, k_bucket, kc_ptr, kc_row, kc_val, v + b * stride_vb + hkv * stride_vh,
-                        stride_vt, row0, bh, seqlen, n_tiles, n_feat, topk};
+    const Keys<DT> g = program_keys<DT>(k_order, k_pos, k_bucket, kc_ptr, kc_row, kc_val, v, stride_vb, stride_vh,
+                                        stride_vt, head_map, heads_g, kv_group, seqlen, n_tiles, n_feat, topk);
+    const long long row0 = g.row0;
 
     const int r = m * BM + i;
-    bool row_ok;
-    int q_orig, qp, qb;
-    query_row(q_order, q_pos, q_bucket, row0, r, seqlen, row_ok, q_orig, qp, qb);
+    const QueryRow row = query_row(q_order, q_pos, q_bucket, row0, r, seqlen);
     // the block's query supports stay in shared memory for every tile
     load_query_supports<DT>(s_qid, s_qval, q_order, q_ids, q_vals, row0, m * BM, seqlen, topk);
 
@@ -327,14 +372,9 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
     float m_i = NEG_INF, l_i = 0.f;
     float* s_row = s_s + i * SP;
 
-    const int* rng;
-    const int n_seg = block_segments(ranges, nseg, bh, n_blocks, m, max_seg, rng);
-    int prev_hi = 0;
-    for (int s = 0; s < n_seg; ++s) {
-        int lo, f0, f1, hi;
-        segment_tiles(rng, s, BN, prev_hi, lo, f0, f1, hi);
-        for (int n = lo; n < hi; ++n) {
-            const bool masked = n < f0 || n >= f1;
+    for (const TileInterval iv : BlockTiles(ranges, nseg, bh, n_blocks, m, max_seg, BN)) {
+        for (int n = iv.lo; n < iv.hi; ++n) {
+            const bool masked = iv.masked(n);
             tile_scores<DT, HEAD_DIM>(t, g, n, s_row, s_qid + i * topk, s_qval + i * topk, l4);
 
             // online softmax over the lane's columns, combined across the row's four lanes
@@ -344,7 +384,7 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
             for (int jj = 0; jj < BN / 4; ++jj) {
                 int j = l4 + 4 * jj;
                 // a kept key holding a non-finite k or v: a NaN score, so the row ends NaN
-                sv[jj] = element_kept(row_ok, n, j, seqlen, masked, qp, qb, t, flags)
+                sv[jj] = element_kept(row.ok, n, j, seqlen, masked, row.pos, row.bkt, t, flags)
                              ? (t.bad[j] == n + 1 ? QNAN : s_row[j] * qk_scale)
                              : NEG_INF;
                 mx = fmaxf(mx, sv[jj]);
@@ -378,8 +418,8 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
     }
     const bool empty = l_i == 0.f;
     const float inv = empty ? 0.f : 1.f / l_i;
-    if (row_ok) {
-        float* o = out + (row0 + q_orig) * HEAD_DIM + l4;
+    if (row.ok) {
+        float* o = out + (row0 + row.orig) * HEAD_DIM + l4;
 #pragma unroll
         for (int u = 0; u < DU; ++u) o[4 * u] = acc[u] * inv;
         if (l4 == 0) lse[row0 + r] = empty ? POS_INF : m_i + log2f(l_i);
@@ -391,12 +431,7 @@ __global__ void __launch_bounds__(NT) sfa_fwd(
 
 template <class DT, int HEAD_DIM>
 __global__ void __launch_bounds__(NT) sfa_bwd_dq(
-    const int* __restrict__ q_order, const int* __restrict__ q_pos, const int* __restrict__ q_bucket,
-    const int* __restrict__ k_order, const int* __restrict__ k_pos, const int* __restrict__ k_bucket,
-    const int* __restrict__ ranges, const int* __restrict__ nseg, const int* __restrict__ head_map,
-    const short* __restrict__ q_ids, const typename DT::T* __restrict__ q_vals,
-    const short* __restrict__ kc_ptr, const short* __restrict__ kc_row, const typename DT::T* __restrict__ kc_val,
-    const typename DT::T* __restrict__ v, long long stride_vb, long long stride_vh, long long stride_vt,
+    SFA_INDEX_PARAMS, const short* __restrict__ q_ids, const typename DT::T* __restrict__ q_vals, SFA_KEY_PARAMS,
     const float* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     float* __restrict__ dq_vals,
     int seqlen, int n_blocks, int n_tiles, int max_seg, int heads_g, int kv_group, int n_feat, int topk,
@@ -420,37 +455,29 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dq(
 
     const int tid = threadIdx.x, i = tid >> 2, l4 = tid & 3;
     const int m = blockIdx.x, bh = blockIdx.y;
-    const int b = bh / heads_g, hkv = head_map[bh % heads_g] / kv_group;
-    const long long row0 = (long long)bh * seqlen;
-    const Keys<DT> g = {k_order, k_pos, k_bucket, kc_ptr, kc_row, kc_val, v + b * stride_vb + hkv * stride_vh,
-                        stride_vt, row0, bh, seqlen, n_tiles, n_feat, topk};
+    const Keys<DT> g = program_keys<DT>(k_order, k_pos, k_bucket, kc_ptr, kc_row, kc_val, v, stride_vb, stride_vh,
+                                        stride_vt, head_map, heads_g, kv_group, seqlen, n_tiles, n_feat, topk);
+    const long long row0 = g.row0;
 
     const int r = m * BM + i;
-    bool row_ok;
-    int q_orig, qp, qb;
-    query_row(q_order, q_pos, q_bucket, row0, r, seqlen, row_ok, q_orig, qp, qb);
-    const float lse_i = row_ok ? lse[row0 + r] : POS_INF;
-    const float delta_i = row_ok ? delta[row0 + q_orig] : 0.f;
+    const QueryRow row = query_row(q_order, q_pos, q_bucket, row0, r, seqlen);
+    const float lse_i = row.ok ? lse[row0 + r] : POS_INF;
+    const float delta_i = row.ok ? delta[row0 + row.orig] : 0.f;
     load_query_supports<DT>(s_qid, s_qval, q_order, q_ids, q_vals, row0, m * BM, seqlen, topk);
     for (int e = tid; e < BM * topk; e += NT) s_dq[e] = 0.f;
     load_dout_rows<HEAD_DIM>(s_do, dout, q_order, row0, m * BM, seqlen);
     __syncthreads();  // s_dq is zeroed by other threads than its owners (a block with no tile reads it too)
     float* s_row = s_s + i * SP;
 
-    const int* rng;
-    const int n_seg = block_segments(ranges, nseg, bh, n_blocks, m, max_seg, rng);
-    int prev_hi = 0;
-    for (int s = 0; s < n_seg; ++s) {
-        int lo, f0, f1, hi;
-        segment_tiles(rng, s, BN, prev_hi, lo, f0, f1, hi);
-        for (int n = lo; n < hi; ++n) {
-            const bool masked = n < f0 || n >= f1;
+    for (const TileInterval iv : BlockTiles(ranges, nseg, bh, n_blocks, m, max_seg, BN)) {
+        for (int n = iv.lo; n < iv.hi; ++n) {
+            const bool masked = iv.masked(n);
             tile_scores<DT, HEAD_DIM>(t, g, n, s_row, s_qid + i * topk, s_qval + i * topk, l4);
             // dS on the lane's columns, in place of the scores
             for (int jj = 0; jj < BN / 4; ++jj) {
                 int j = l4 + 4 * jj;
                 float ds = 0.f;
-                if (element_kept(row_ok, n, j, seqlen, masked, qp, qb, t, flags)) {
+                if (element_kept(row.ok, n, j, seqlen, masked, row.pos, row.bkt, t, flags)) {
                     ds = element_ds<HEAD_DIM>(exp2f(s_row[j] * qk_scale - lse_i), s_do + i * HDP, t.v + j * HDP, delta_i);
                 }
                 s_row[j] = ds;
@@ -466,8 +493,8 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dq(
             }
         }
     }
-    if (row_ok) {
-        for (int u = l4; u < topk; u += 4) dq_vals[(row0 + q_orig) * topk + u] = s_dq[i * topk + u] * scale;
+    if (row.ok) {
+        for (int u = l4; u < topk; u += 4) dq_vals[(row0 + row.orig) * topk + u] = s_dq[i * topk + u] * scale;
     }
 }
 
@@ -477,12 +504,8 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dq(
 
 template <class DT, int HEAD_DIM>
 __global__ void __launch_bounds__(NT) sfa_bwd_dkdv(
-    const int* __restrict__ q_order, const int* __restrict__ q_pos, const int* __restrict__ q_bucket,
-    const int* __restrict__ k_order, const int* __restrict__ k_pos, const int* __restrict__ k_bucket,
-    const int* __restrict__ ranges, const int* __restrict__ nseg, const int* __restrict__ head_map,
-    const short* __restrict__ q_ids, const typename DT::T* __restrict__ q_vals, const short* __restrict__ k_ids,
-    const short* __restrict__ kc_ptr, const short* __restrict__ kc_row, const typename DT::T* __restrict__ kc_val,
-    const typename DT::T* __restrict__ v, long long stride_vb, long long stride_vh, long long stride_vt,
+    SFA_INDEX_PARAMS, const short* __restrict__ q_ids, const typename DT::T* __restrict__ q_vals,
+    const short* __restrict__ k_ids, SFA_KEY_PARAMS,
     const float* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     float* __restrict__ dk_vals, float* __restrict__ dv_out,
     int seqlen, int n_blocks, int n_tiles, int max_seg, int heads_g, int kv_group, int n_feat, int topk,
@@ -513,10 +536,9 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dkdv(
 
     const int tid = threadIdx.x, i = tid >> 2, l4 = tid & 3;
     const int n = blockIdx.x, bh = blockIdx.y;
-    const int b = bh / heads_g, hkv = head_map[bh % heads_g] / kv_group;
-    const long long row0 = (long long)bh * seqlen;
-    const Keys<DT> g = {k_order, k_pos, k_bucket, kc_ptr, kc_row, kc_val, v + b * stride_vb + hkv * stride_vh,
-                        stride_vt, row0, bh, seqlen, n_tiles, n_feat, topk};
+    const Keys<DT> g = program_keys<DT>(k_order, k_pos, k_bucket, kc_ptr, kc_row, kc_val, v, stride_vb, stride_vh,
+                                        stride_vt, head_map, heads_g, kv_group, seqlen, n_tiles, n_feat, topk);
+    const long long row0 = g.row0;
     const int rows_k = min(BN, seqlen - n * BN);
     const int nnz = rows_k * topk;
 
@@ -532,14 +554,9 @@ __global__ void __launch_bounds__(NT) sfa_bwd_dkdv(
     for (int u = 0; u < DU; ++u) dv[u] = 0.f;
     float* s_row = s_p + i * SP;
 
-    const int* rng;
-    const int n_seg = block_segments(ranges, nseg, bh, n_blocks, n, max_seg, rng);
-    int prev_hi = 0;
-    for (int s = 0; s < n_seg; ++s) {
-        int lo, f0, f1, hi;
-        segment_tiles(rng, s, BM, prev_hi, lo, f0, f1, hi);
-        for (int mt = lo; mt < hi; ++mt) {
-            const bool masked = mt < f0 || mt >= f1;
+    for (const TileInterval iv : BlockTiles(ranges, nseg, bh, n_blocks, n, max_seg, BM)) {
+        for (int mt = iv.lo; mt < iv.hi; ++mt) {
+            const bool masked = iv.masked(mt);
             __syncthreads();  // the previous query tile is consumed
             load_query_supports<DT, true>(s_qid, s_qval, q_order, q_ids, q_vals, row0, mt * BM, seqlen, topk);
             load_dout_rows<HEAD_DIM>(s_do, dout, q_order, row0, mt * BM, seqlen);

@@ -341,7 +341,7 @@ class CompiledAttention:
             tensors = [getattr(decisions, n) for n in names]
             trusted = False
         sdpa = (call.scale, call.key_padding_mask, call.document_ids, call.max_documents)
-        return torch.ops.tilesparse.attention(q, k, v, tensors, self._key, trusted, *sdpa)[0]
+        return torch.ops.tilesparse.attention(q, k, v, tensors, self._key, trusted, *sdpa)
 
     def prepare(self, q: Tensor, k: Tensor, v: Tensor, *, decisions: Decisions | None = None, generator=None) -> Prepared:
         """The index tensors of every head group (for inspection: ``tilesparse.ir.to_string``)."""

@@ -8,16 +8,18 @@ The ops, opaque to the compiler:
   shapes and dtypes are the real ones (``tilesparse::decide_seeded``: the same for an op with
   its own generator, tagged ``cudagraph_unsafe``);
 - ``tilesparse::attention(q, k, v, decisions, key, trusted, scale, key_padding_mask,
-  document_ids, max_documents) -> (Tensor, Tensor)``: the planned call, with the SDPA-style
-  arguments of :mod:`tilesparse.sdpa_call` where the call has them (what the transformers
-  integration passes); the output, and a one-byte token. Its backward is
-  ``tilesparse::attention_backward``, which differentiates the forward's own autograd graph:
-  the forward runs the eager call under autograd and keeps its graph in :data:`SAVED`, keyed
-  by the token's address and dropped with the token (which autograd saves for the backward),
-  so nothing is computed twice. Where that graph cannot be kept (the forward ran inside CUDA
-  graphs: a capture, or torch.compile's ``reduce-overhead`` trees), or was already used (a
-  second backward), the backward recomputes the forward and differentiates that
-  (FlashAttention's recomputation, applied to the whole op).
+  document_ids, max_documents) -> Tensor``: the planned call, with the SDPA-style arguments
+  of :mod:`tilesparse.sdpa_call` where the call has them (what the transformers integration
+  passes). Its backward is ``tilesparse::attention_backward``, which recomputes the forward under
+  autograd and differentiates it (FlashAttention's recomputation, applied to the whole op:
+  one extra forward per backward, the price of one op for every backend).
+
+The forward's own autograd graph is not kept for the backward: it would hold the op's inputs
+and output behind the compiler's back, and inductor may reuse the memory of a buffer it sees
+no further use of (the output once consumed, an input it recomputes for the backward). A kept
+graph gave wrong gradients under inductor where the returned output shared memory with the
+graph's saved one (PerHead and Hybrid on the Triton kernels, tests/gpu/test_planner_gpu.py);
+recomputing reads only what the backward op receives.
 
 The spec and plan are not tensors: ``key`` names a live :class:`~tilesparse.CompiledAttention`
 in :data:`LIVE` (weakly held). Eager calls never pass through here (no dispatch overhead, no
@@ -34,7 +36,7 @@ from torch import Tensor
 from .patterns import DECISION_FIELDS, Decisions
 from .sdpa_call import SdpaCall, run_sdpa_call
 
-__all__ = ["LIVE", "SAVED", "decision_names", "register"]
+__all__ = ["LIVE", "decision_names", "register"]
 
 LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _IDS = itertools.count()
@@ -98,9 +100,8 @@ _ATTENTION_ARGS = (
 )
 
 
-def _call(q: Tensor, k: Tensor, v: Tensor, decisions: list[Tensor], key: str, trusted: bool, *call) -> Tensor:
-    """The eager call; ``call``: scale, key_padding_mask, document_ids, max_documents (None
-    where not given)."""
+def _attention(q: Tensor, k: Tensor, v: Tensor, decisions: list[Tensor], key: str, trusted: bool, *call) -> Tensor:
+    """``call``: scale, key_padding_mask, document_ids, max_documents (None where not given)."""
     attn = _attn(key)
     dec = to_decisions(decision_names(attn.spec), decisions)
     if trusted:
@@ -114,82 +115,32 @@ def _call(q: Tensor, k: Tensor, v: Tensor, decisions: list[Tensor], key: str, tr
         return run_sdpa_call(attn, q, k, v, sdpa, dec, None, keep_last=False).contiguous()
 
 
-# token address -> (q, k, v leaves, output): the autograd graph of a forward, for its backward
-SAVED: dict[int, tuple[list[Tensor], Tensor]] = {}
-
-
-def _token(device: torch.device) -> Tensor:
-    return torch.empty(1, dtype=torch.uint8, device=device)
-
-
-def _recorded(q: Tensor, k: Tensor, v: Tensor, *rest) -> tuple[list[Tensor], Tensor]:
-    """The eager call on leaves of q, k, v, under autograd: the leaves and the output."""
-    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    with _autograd_on():
-        out = _call(*leaves, *rest)
-    return leaves, out
-
-
-def _in_cuda_graphs(device: torch.device) -> bool:
-    """Whether this forward runs inside a CUDA graph capture, or inside torch.compile's CUDA
-    graph trees (``mode="reduce-overhead"``) while they warm up or record: their replays run no
-    Python, and their warm-up refuses allocations in the graphs' memory that outlive it, as a
-    kept graph would. The trees' state is torch's internal one; where it cannot be read, the
-    answer is yes (the backward then recomputes: slower, never wrong)."""
-    if device.type != "cuda":
-        return False
-    if torch.cuda.is_current_stream_capturing():
-        return True
-    try:
-        if not torch._C._is_key_in_tls("tree_manager_containers"):
-            return False  # no CUDA graph tree on this thread
-        from torch._inductor import cudagraph_trees
-
-        manager = cudagraph_trees.get_manager(device.index or 0, create_if_none_exists=False)
-        return manager is not None and (manager.in_warmup or manager.in_recording)
-    except Exception:  # noqa: BLE001 - another torch's internals: take the safe path
-        return True
-
-
-def _attention(q: Tensor, k: Tensor, v: Tensor, *rest) -> tuple[Tensor, Tensor]:
-    token = _token(q.device)
-    if _in_cuda_graphs(q.device):
-        return _call(q, k, v, *rest), token  # the backward recomputes
-    leaves, out = _recorded(q, k, v, *rest)
-    key = token.data_ptr()
-    SAVED[key] = (leaves, out)
-    weakref.finalize(token, SAVED.pop, key, None)  # the graph lives as long as the token
-    return out.detach(), token
-
-
 attention = torch.library.custom_op(
-    "tilesparse::attention", _attention, mutates_args=(), schema=f"({_ATTENTION_ARGS}) -> (Tensor, Tensor)"
+    "tilesparse::attention", _attention, mutates_args=(), schema=f"({_ATTENTION_ARGS}) -> Tensor"
 )
 
 
 @attention.register_fake
 def _attention_fake(q, k, v, *rest):
-    return torch.empty_like(q, memory_format=torch.contiguous_format), _token(q.device)
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
-def _attention_backward(
-    grad: Tensor, token: Tensor, q: Tensor, k: Tensor, v: Tensor, *rest
-) -> tuple[Tensor, Tensor, Tensor]:
-    saved = SAVED.pop(token.data_ptr(), None)
-    leaves, out = saved if saved is not None else _recorded(q, k, v, *rest)
+def _attention_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, *rest) -> tuple[Tensor, Tensor, Tensor]:
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     with _autograd_on():
-        dq, dk, dv = torch.autograd.grad(out, leaves, grad)
+        out = _attention(*leaves, *rest)
+    dq, dk, dv = torch.autograd.grad(out, leaves, grad)
     return dq.contiguous(), dk.contiguous(), dv.contiguous()
 
 
 attention_backward = torch.library.custom_op(
     "tilesparse::attention_backward", _attention_backward, mutates_args=(),
-    schema=f"(Tensor grad, Tensor token, {_ATTENTION_ARGS}) -> (Tensor, Tensor, Tensor)",
+    schema=f"(Tensor grad, {_ATTENTION_ARGS}) -> (Tensor, Tensor, Tensor)",
 )  # fmt: skip
 
 
 @attention_backward.register_fake
-def _attention_backward_fake(grad, token, q, k, v, *args):
+def _attention_backward_fake(grad, q, k, v, *args):
     return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
 
 
@@ -208,14 +159,14 @@ def _autograd_on():
 
 def _setup_context(ctx, inputs, output):
     q, k, v, decisions, key, trusted, *call = inputs
-    ctx.save_for_backward(output[1], q, k, v, *decisions)
+    ctx.save_for_backward(q, k, v, *decisions)
     ctx.key, ctx.trusted, ctx.n = key, trusted, len(decisions)
     ctx.call = call  # scale, key_padding_mask, document_ids, max_documents: no gradients
 
 
-def _backward(ctx, grad, _token_grad):
-    token, q, k, v, *decisions = ctx.saved_tensors
-    dq, dk, dv = attention_backward(grad, token, q, k, v, decisions, ctx.key, ctx.trusted, *ctx.call)
+def _backward(ctx, grad):
+    q, k, v, *decisions = ctx.saved_tensors
+    dq, dk, dv = attention_backward(grad, q, k, v, decisions, ctx.key, ctx.trusted, *ctx.call)
     return dq, dk, dv, [None] * ctx.n, None, None, None, None, None, None
 
 

@@ -144,21 +144,22 @@ def test_the_eager_hot_path_does_not_sync():
 @pytest.mark.parametrize("builder", ["cupy", "triton"])
 @pytest.mark.parametrize("spec", [ts.Hash(buckets=16), ts.Hybrid(parts=[ts.Hash(buckets=8), ts.QKDrop(keep=0.6)])], ids=str)
 def test_each_index_builder_runs_the_call_exactly(monkeypatch, spec, builder):
-    """The index lines made to favour one builder: CuPy hashes the op's lsh decisions in its
-    first launch (decide+layout+ranges), or Triton builds after the CuPy builder hashed them
-    alone; either way the call equals the reference over attn.decide's decisions with the same
-    generator (the same kernel hashes both), outputs and gradients, GQA."""
+    """The index lines made to favour one builder, which the plan lets hash the op's lsh
+    decisions in its index step (``fused_hash``; the hashing itself is the first-ranked
+    hasher's, Triton's, so that attn.decide gives the same buckets); either way the call
+    equals the reference over attn.decide's decisions with the same generator, outputs and
+    gradients, GQA."""
     table = plan_module.default_costs().to_dict()
     cheap, dear = [0.01, 0.0], [5.0, 0.0]
     table["index"] = {"cuda": {"cupy+lsh": cheap if builder == "cupy" else dear, "cupy": dear, "lsh": [0.01, 0.0],
-                               "triton": cheap if builder == "triton" else dear}}  # fmt: skip
+                               "triton+lsh": cheap if builder == "triton" else dear, "triton": dear}}  # fmt: skip
     monkeypatch.setattr(plan_module, "default_costs", lambda: CostTable.from_dict(table))
     g = torch.Generator(DEVICE).manual_seed(3)
     q = torch.randn((2, 4, 3000, 64), generator=g, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
     k, v = (torch.randn((2, 2, 3000, 64), generator=g, device=DEVICE, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
     attn = ts.compile(spec)
     (a,) = attn.plan(q, k, v).assignments
-    assert (a.backend.NAME, a.builder.NAME, a.fused_hash) == ("triton", builder, builder == "cupy")
+    assert (a.backend.NAME, a.builder.NAME, a.fused_hash) == ("triton", builder, True)
     out = attn(q, k, v, generator=torch.Generator(DEVICE).manual_seed(11))
     dec = attn.decide(q, k, generator=torch.Generator(DEVICE).manual_seed(11))
     ref = attn.reference(q, k, v, decisions=dec)  # float32
@@ -171,10 +172,10 @@ def test_each_index_builder_runs_the_call_exactly(monkeypatch, spec, builder):
         assert (got.float() - ref_g).abs().max() <= 3e-2 * ref_g.abs().max().clamp_min(1e-6), "gradient differs"
 
 
-def test_decide_hashes_the_lsh_buckets_with_the_cupy_builder_on_cuda():
-    """attn.decide() on CUDA hashes with the CuPy builder's kernel (one launch): it agrees with
-    the criterion's torch ops except at near-ties of the rounded projection; the criterion
-    itself stays the torch ops (the same draw of the rotation)."""
+def test_decide_hashes_the_lsh_buckets_with_the_triton_builder_on_cuda():
+    """attn.decide() on CUDA hashes with the first-ranked builder's kernel (Triton's, one
+    launch): it agrees with the criterion's torch ops except at near-ties of the rounded
+    projection; the criterion itself stays the torch ops (the same draw of the rotation)."""
     from tilesparse.backends import lsh_hasher
     from tilesparse.ir import check_inputs
     from tilesparse.patterns import get_criterion
@@ -182,7 +183,7 @@ def test_decide_hashes_the_lsh_buckets_with_the_cupy_builder_on_cuda():
 
     g = torch.Generator(DEVICE).manual_seed(0)
     q, k = (torch.randn((2, 4, 4096, 128), generator=g, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
-    assert lsh_hasher(check_inputs(q, k, k), 16).NAME == "cupy"
+    assert lsh_hasher(check_inputs(q, k, k), 16).NAME == "triton"
     dec = ts.compile(ts.Hash(buckets=16)).decide(q, k, generator=torch.Generator(DEVICE).manual_seed(1))
     qb, kb = dec.q_bucket, dec.k_bucket
     rot = torch.randn((4, 128, 8), generator=torch.Generator(DEVICE).manual_seed(1), device=DEVICE).to(q.dtype)

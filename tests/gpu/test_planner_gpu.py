@@ -144,14 +144,14 @@ def test_the_eager_hot_path_does_not_sync():
 @pytest.mark.parametrize("builder", ["cupy", "triton"])
 @pytest.mark.parametrize("spec", [ts.Hash(buckets=16), ts.Hybrid(parts=[ts.Hash(buckets=8), ts.QKDrop(keep=0.6)])], ids=str)
 def test_each_index_builder_runs_the_call_exactly(monkeypatch, spec, builder):
-    """The index lines made to favour one builder, which the plan lets hash the op's lsh
-    decisions in its index step (``fused_hash``; the hashing itself is the first-ranked
-    hasher's, Triton's, so that attn.decide gives the same buckets); either way the call
-    equals the reference over attn.decide's decisions with the same generator, outputs and
-    gradients, GQA."""
+    """The index lines made to favour one builder: Triton hashes the op's lsh decisions in its
+    index step (``fused_hash``: its hashing launch, then its build), or CuPy builds from the
+    buckets the first-ranked hasher (Triton's kernel) made first; either way the call equals
+    the reference over attn.decide's decisions with the same generator (the same kernel hashes
+    both), outputs and gradients, GQA."""
     table = plan_module.default_costs().to_dict()
     cheap, dear = [0.01, 0.0], [5.0, 0.0]
-    table["index"] = {"cuda": {"cupy+lsh": cheap if builder == "cupy" else dear, "cupy": dear, "lsh": [0.01, 0.0],
+    table["index"] = {"cuda": {"cupy+lsh": dear, "cupy": cheap if builder == "cupy" else dear, "lsh": [0.01, 0.0],
                                "triton+lsh": cheap if builder == "triton" else dear, "triton": dear}}  # fmt: skip
     monkeypatch.setattr(plan_module, "default_costs", lambda: CostTable.from_dict(table))
     g = torch.Generator(DEVICE).manual_seed(3)
@@ -159,7 +159,7 @@ def test_each_index_builder_runs_the_call_exactly(monkeypatch, spec, builder):
     k, v = (torch.randn((2, 2, 3000, 64), generator=g, device=DEVICE, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
     attn = ts.compile(spec)
     (a,) = attn.plan(q, k, v).assignments
-    assert (a.backend.NAME, a.builder.NAME, a.fused_hash) == ("triton", builder, True)
+    assert (a.backend.NAME, a.builder.NAME, a.fused_hash) == ("triton", builder, builder == "triton")
     out = attn(q, k, v, generator=torch.Generator(DEVICE).manual_seed(11))
     dec = attn.decide(q, k, generator=torch.Generator(DEVICE).manual_seed(11))
     ref = attn.reference(q, k, v, decisions=dec)  # float32

@@ -83,3 +83,21 @@ def test_triton_refuses_a_bucket_count_its_index_build_cannot_sort_and_the_plann
     dec = attn.decide(q, q)
     torch.testing.assert_close(attn(q, q, q, decisions=dec), attn.reference(q, q, q, decisions=dec))
     assert ts.compile(ts.Hash(buckets=65535), backend="triton").plan(q, q, q).assignments[0].backend.NAME == "triton"
+
+
+def test_a_misspelled_call_keyword_is_a_type_error_naming_the_call():
+    """The op's call passes SDPA's keywords on (its signature lists them): a misspelled one is
+    refused before anything runs, naming the call and the keywords it takes."""
+    import inspect
+
+    attn = ts.compile(ts.Hash(buckets=2), backend="reference")
+    q = torch.randn(1, 1, 8, 8)
+    wrong = r"CompiledAttention.__call__\(\) got unexpected keyword arguments \['is_casual'\]"
+    with pytest.raises(TypeError, match=wrong):
+        attn(q, q, q, is_casual=True)
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['is_casual'\].*'is_causal'"):
+        attn("not a tensor", q, q, is_casual=True)  # the keyword first, before the tensors are looked at
+    params = inspect.signature(attn.__call__).parameters
+    assert params["is_causal"].default is None and params["dropout_p"].default == 0.0 and "sdpa" not in params
+    dec = attn.decide(q, q)
+    torch.testing.assert_close(attn(q, q, q, decisions=dec, is_causal=True), attn(q, q, q, decisions=dec))

@@ -32,6 +32,7 @@ from .planner import Plan, make_plan
 from .randomness import check_seed, op_generator
 from .sdpa_call import (
     SdpaCall,
+    check_sdpa_keywords,
     document_range,
     parse_sdpa_call,
     polling,
@@ -286,6 +287,8 @@ class CompiledAttention:
         :mod:`tilesparse.sdpa_call`, whose :func:`~tilesparse.sdpa_call.parse_sdpa_call` declares
         them (with their defaults: this method's signature shows them).
         """
+        if sdpa:
+            check_sdpa_keywords("CompiledAttention.__call__", sdpa)
         check_tensor_args(q, k, v)
         _check_generator(generator)
         call = parse_sdpa_call(q, k, causal=self.causal, **sdpa)

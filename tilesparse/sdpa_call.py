@@ -52,6 +52,8 @@ __all__ = [
     "document_range",
     "parse_sdpa_call",
     "polling",
+    "SDPA_KEYWORDS",
+    "check_sdpa_keywords",
     "row_logsumexp",
     "run_sdpa_call",
     "with_sdpa_keywords",
@@ -139,16 +141,30 @@ def parse_sdpa_call(
                     max_documents=max_documents)  # fmt: skip
 
 
+# the keywords parse_sdpa_call declares for a call to pass on (causal is the op's own)
+_SDPA_PARAMETERS = [p for name, p in inspect.signature(parse_sdpa_call).parameters.items()
+                    if p.kind is p.KEYWORD_ONLY and name != "causal"]  # fmt: skip
+SDPA_KEYWORDS: frozenset[str] = frozenset(p.name for p in _SDPA_PARAMETERS)
+
+
 def with_sdpa_keywords(fn: Callable) -> Callable:
     """``fn``, whose ``**sdpa`` it passes on to :func:`parse_sdpa_call`, with a signature that
     lists those keywords in its place as parse_sdpa_call declares them (annotations, defaults):
     help() and ``inspect.signature`` show the whole call."""
     sig = inspect.signature(fn)
     own = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    sdpa = [p for name, p in inspect.signature(parse_sdpa_call).parameters.items()
-            if p.kind is p.KEYWORD_ONLY and name != "causal"]  # fmt: skip
-    fn.__signature__ = sig.replace(parameters=own + sdpa)
+    fn.__signature__ = sig.replace(parameters=own + _SDPA_PARAMETERS)
     return fn
+
+
+def check_sdpa_keywords(where: str, sdpa: dict) -> None:
+    """A keyword a call passed on that is none of :data:`SDPA_KEYWORDS` (a misspelling) is a
+    ``TypeError`` naming ``where``, as a plain signature's would be."""
+    if unknown := sorted(sdpa.keys() - SDPA_KEYWORDS):
+        raise TypeError(
+            f"{where}() got unexpected keyword arguments {unknown}; it takes decisions, generator, cache and "
+            f"{sorted(SDPA_KEYWORDS)}"
+        )
 
 
 def _key_padding_from_attn_mask(mask: object, B: int, Tk: int) -> Tensor:

@@ -160,7 +160,7 @@ def with_sdpa_keywords(fn: Callable) -> Callable:
 def check_sdpa_keywords(where: str, sdpa: dict) -> None:
     """A keyword a call passed on that is none of :data:`SDPA_KEYWORDS` (a misspelling) is a
     ``TypeError`` naming ``where``, as a plain signature's would be."""
-    if unknown := sorted(sdpa.keys() - SDPA_KEYWORDS):
+    if unknown := sorted(name for name in sdpa if name not in SDPA_KEYWORDS):  # a loop dynamo traces
         raise TypeError(
             f"{where}() got unexpected keyword arguments {unknown}; it takes decisions, generator, cache and "
             f"{sorted(SDPA_KEYWORDS)}"

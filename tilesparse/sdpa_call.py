@@ -48,12 +48,12 @@ from .patterns.decision_errors import poisoned
 from .patterns.padding import document_count_of, padded_decisions, padding_mask_mod, with_padding
 
 __all__ = [
+    "SDPA_KEYWORDS",
     "SdpaCall",
+    "check_sdpa_keywords",
     "document_range",
     "parse_sdpa_call",
     "polling",
-    "SDPA_KEYWORDS",
-    "check_sdpa_keywords",
     "row_logsumexp",
     "run_sdpa_call",
     "with_sdpa_keywords",
@@ -162,7 +162,7 @@ def check_sdpa_keywords(where: str, sdpa: dict) -> None:
     ``TypeError`` naming ``where``, as a plain signature's would be."""
     if unknown := sorted(name for name in sdpa if name not in SDPA_KEYWORDS):  # a loop dynamo traces
         raise TypeError(
-            f"{where}() got unexpected keyword arguments {unknown}; it takes decisions, generator, cache and "
+            f"{where}() got unexpected keyword arguments {unknown}; besides its own, it takes SDPA's "
             f"{sorted(SDPA_KEYWORDS)}"
         )
 

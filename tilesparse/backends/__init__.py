@@ -9,15 +9,10 @@ registers them in :data:`REGISTRY` and :data:`BUILDERS`."""
 from . import cupy, executor, reference, sdpa, triton
 from .base import REGISTRY, Backend, register
 from .builder import BUILDERS, HashingBuilder, IndexBuilder, lsh_hasher, register_builder
+from .triton import range_check as range_check_for  # given ids' range check: Triton's where it runs
 
 __all__ = [
     "BUILDERS", "REGISTRY", "Backend", "HashingBuilder", "IndexBuilder", "cupy", "executor", "lsh_hasher",
     "range_check_for", "reference", "register", "register_builder", "sdpa", "triton",
 ]  # fmt: skip
 
-
-def range_check_for(device):
-    """The kernel that checks given ids' range on ``device``
-    (:class:`tilesparse.patterns.decision_errors.RangeCheck`: Triton's, where its kernels run),
-    or None where torch ops check them."""
-    return triton.range_check(device)

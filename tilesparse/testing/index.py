@@ -14,13 +14,13 @@ INDEX_FIELDS = ("q_order", "q_pos", "q_bucket", "k_order", "k_pos", "k_bucket", 
 
 def assert_same_index_tensors(build, spec, dec, shape, *, causal: bool, blocks: tuple[int, int], device="cpu") -> None:
     """``build(program, group, heads, dec, inputs)`` (an index builder's ``build``; ``inputs`` of
-    ``shape`` (B, H, T, D) on ``device``, zeros: a build reads their sizes) gives, for every
+    ``shape`` (B, H, T, D) on ``device``: a build reads only their sizes) gives, for every
     head group of ``spec`` lowered with ``blocks``, the tensors of :func:`tilesparse.ir.prepare_group`
     exactly (dtype, shape and values); raises naming the group, the tensor and the first index
     where they differ."""
     B, H, T, _ = shape
     device = torch.device(device)
-    x = torch.zeros(shape, device=device)
+    x = torch.zeros((), device=device).expand(shape)  # sizes only: no memory of that shape
     inputs = AttentionInputs(x, x, x, scale=1.0)
     program = lower(spec, causal=causal, block_q=blocks[0], block_k=blocks[1])
     for group, heads in zip(program.groups, resolve_heads(program, H), strict=True):

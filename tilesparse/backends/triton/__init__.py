@@ -25,8 +25,9 @@ __all__ = ["TritonBackend", "TritonBuilder", "range_check"]
 
 
 def range_check(device: torch.device):
-    """The one-launch check of given ids' range (``idcheck.check_range_into``) where Triton
-    kernels run on ``device``; None elsewhere (torch ops check them)."""
+    """The one-launch check of given ids' range (``idcheck.check_range_into``,
+    :class:`tilesparse.patterns.decision_errors.RangeCheck`) where Triton kernels run on
+    ``device``; None elsewhere (torch ops check them)."""
     if device_reasons(device):
         return None
     from .idcheck import check_range_into

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from .launch import lean
 
-__all__ = ["MAX_HALF", "MAX_HEAD_DIM", "hash_into", "lsh_hash_reasons"]
+__all__ = ["MAX_HALF", "MAX_HEAD_DIM", "hash_constexprs", "hash_into", "lsh_hash_reasons"]
 
 MAX_HALF = 128  # directions a program holds: up to 256 buckets
 MAX_HEAD_DIM = 256
@@ -105,14 +105,25 @@ def hash_into(q: Tensor, k: Tensor, rotations: Tensor, buckets: int, q_bucket: T
     if k.shape[0] != B or k.shape[2] != T or k.shape[3] != D or H % k.shape[1]:
         raise ValueError(f"k of shape {tuple(k.shape)} does not fit q of shape {tuple(q.shape)}")
     from .interpreter import patch_bf16_dot
-    from .op import _block_d, interpreting
+    from .op import interpreting
 
     if interpreting():
         patch_bf16_dot()
     rot = rotations.float().contiguous()
-    block_t = 64 if D > 128 or q.dtype == torch.float32 else 128  # sm90.index_variants compiles these
-    lean(_lsh_hash)[(triton.cdiv(T, block_t), B * H, 2)](
+    constants = hash_constexprs(D, buckets, q.dtype == torch.float32)
+    lean(_lsh_hash)[(triton.cdiv(T, constants["BLOCK_T"]), B * H, 2)](
         q, k, rot, q_bucket, k_bucket, *q.stride(), *k.stride(), T, H, H // k.shape[1],
-        HEAD_DIM=D, HALF=half, NEGATED=buckets - half, BLOCK_T=block_t, BLOCK_D=_block_d(D), BLOCK_H=_block_d(half),
-        PRECISION="tf32x3" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=1,
+        **constants, num_warps=4, num_stages=1,
     )  # fmt: skip
+
+
+def hash_constexprs(head_dim: int, buckets: int, fp32: bool) -> dict:
+    """The hashing kernel's compile-time constants for a launch (and for sm90.index_variants,
+    which compiles the launches' variants)."""
+    from .op import _block_d
+
+    half = math.ceil(buckets / 2)
+    return dict(
+        HEAD_DIM=head_dim, HALF=half, NEGATED=buckets - half, BLOCK_T=64 if head_dim > 128 or fp32 else 128,
+        BLOCK_D=_block_d(head_dim), BLOCK_H=_block_d(half), PRECISION="tf32x3" if fp32 else "tf32",
+    )

@@ -261,6 +261,7 @@ def index_variants() -> list[tuple[str, dict]]:
     hashing kernel (hashing.py) at D = 64, 128 and 256, 16-bit and fp32; and the given ids'
     range check (idcheck.py), first field and later."""
     from . import index
+    from .hashing import hash_constexprs
 
     out = []
     for cat_pad in (2, 4, 32, 128):
@@ -272,10 +273,8 @@ def index_variants() -> list[tuple[str, dict]]:
         if cat_pad <= index._FUSED_SCAN:
             fused = dict(FUSED_SCAN=True, CHUNKS_PAD=index._FUSED_SCAN // cat_pad)
             out.append(("_scatter_sorted", dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block, **fused)))
-    for d, half, precision in ((64, 8, "tf32"), (128, 32, "tf32"), (256, 128, "tf32"), (128, 32, "tf32x3")):
-        block_t = 64 if d > 128 or precision == "tf32x3" else 128  # as hashing.hash_into picks it
-        out.append(("_lsh_hash", dict(HEAD_DIM=d, HALF=half, NEGATED=half - 1, BLOCK_T=block_t,
-                                      BLOCK_D=d, BLOCK_H=max(16, half), PRECISION=precision)))  # fmt: skip
+    for d, buckets, fp32 in ((64, 15, False), (128, 63, False), (256, 255, False), (128, 63, True)):
+        out.append(("_lsh_hash", hash_constexprs(d, buckets, fp32)))
     for causal, strict, not_self, identity in ((True, False, False, False), (True, True, False, True), (False, False, True, False)):
         out.append(("_build_sides", dict(
             Q_SENTINEL=QUERY_SENTINEL, K_SENTINEL=KEY_SENTINEL, Q_DROPPED=-1, K_DROPPED=-2, BLOCK_Q=128, BLOCK_K=64,

@@ -72,11 +72,14 @@ def _flag_nonfinite(x, ok, NONFINITE):
 
 
 @triton.jit
-def _segments(NSEG, RANGES, pid_bh, n_blocks, block, MAX_SEG: tl.constexpr):
-    """The number of segments of this program's block and a pointer to their row ranges."""
+def _segments(NSEG, RANGES, ORDER, POS, BKT, pid_bh, n_blocks, block, length, MAX_SEG: tl.constexpr):
+    """The number of segments of this program's block, a pointer to their row ranges, and the
+    layout those ranges index: the other side's order, positions and buckets of this (batch,
+    group head), ``length`` rows (keys: Tk; queries: Tq = seqlen)."""
     nseg = tl.load(NSEG + pid_bh.to(tl.int64) * n_blocks + block)
     rng = RANGES + (pid_bh.to(tl.int64) * n_blocks + block) * (MAX_SEG * 4)
-    return nseg, rng
+    row_base = pid_bh.to(tl.int64) * length
+    return nseg, rng, ORDER + row_base, POS + row_base, BKT + row_base
 
 
 @triton.jit
@@ -151,19 +154,25 @@ def _layout_rows(ORDER, POS, BKT, row_base, block, seqlen, pos_other, bkt_other,
 
 
 @triton.jit
+def _query_block(HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen,
+                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, SAME_BUCKET: tl.constexpr):
+    """The query block of a forward or dQ program: its block index, :func:`_program`'s ids, the
+    block's layout rows (:func:`_layout_rows`) and the head-dim offsets with their mask."""
+    tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
+    pid_m = tl.program_id(0)
+    pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
+    offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
+                                                      BLOCK_M, SAME_BUCKET)
+    offs_d = tl.arange(0, BLOCK_D)
+    return pid_m, pid_bh, b, hg, h, row_base, offs_m, m_ok, q_rows, q_pos, q_bkt, offs_d, offs_d < HEAD_DIM
+
+
+@triton.jit
 def _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, k_group, v_group):
     """Pointers to K and V of batch b and the kv head of query head h."""
     k_base = K + b.to(tl.int64) * stride_kb + (h // k_group).to(tl.int64) * stride_kh
     v_base = V + b.to(tl.int64) * stride_vb + (h // v_group).to(tl.int64) * stride_vh
     return k_base, v_base
-
-
-@triton.jit
-def _side_layout(ORDER, POS, BKT, pid_bh, length):
-    """One side's layout (order, positions, buckets) of this (batch, group head), ``length`` rows
-    (keys: Tk; queries: Tq = seqlen): what the other side's row ranges index."""
-    row_base = pid_bh.to(tl.int64) * length
-    return ORDER + row_base, POS + row_base, BKT + row_base
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,28 +234,23 @@ def _attn_fwd(Q, K, V, O, LSE,
               CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
               NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
               SANITIZE: tl.constexpr = False):
-    tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     tl.static_assert(BLOCK_D >= 16, "tl.dot needs an inner dimension of at least 16")
     if SANITIZE:
         if tl.load(NONFINITE) == 0:
             return  # the unchanged variant's output is exact (see the module docstring)
-    pid_m = tl.program_id(0)
-    pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
-    offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
-                                                      BLOCK_M, SAME_BUCKET)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
+    pid_m, pid_bh, b, hg, h, row_base, offs_m, m_ok, q_rows, q_pos, q_bkt, offs_d, d_ok = _query_block(
+        HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen, HEAD_DIM, BLOCK_D, BLOCK_M, SAME_BUCKET)
     # load q once: it stays in registers for every tile of the block
     q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
     q = tl.load(q_base + q_rows[:, None] * stride_qt + offs_d[None, :],
                 mask=(q_pos >= 0)[:, None] & d_ok[None, :], other=0.0)
     k_base, v_base = _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, k_group, v_group)
+    nseg, rng, k_order, k_posp, k_bktp = _segments(NSEG, RANGES, K_ORDER, K_POS, K_BKT, pid_bh, n_blocks, pid_m,
+                                                   seqlen_k, MAX_SEG)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    nseg, rng = _segments(NSEG, RANGES, pid_bh, n_blocks, pid_m, MAX_SEG)
-    k_order, k_posp, k_bktp = _side_layout(K_ORDER, K_POS, K_BKT, pid_bh, seqlen_k)
     prev_hi = 0
     for s in range(nseg):
         lo, f0, f1, hi, prev_hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP, prev_hi)
@@ -366,8 +370,8 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
 
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    nseg, rng = _segments(NSEG, RANGES, pid_bh, n_blocks, pid_n, MAX_SEG)
-    q_order, q_posp, q_bktp = _side_layout(Q_ORDER, Q_POS, Q_BKT, pid_bh, seqlen)
+    nseg, rng, q_order, q_posp, q_bktp = _segments(NSEG, RANGES, Q_ORDER, Q_POS, Q_BKT, pid_bh, n_blocks, pid_n,
+                                                   seqlen, MAX_SEG)
     lsep = LSE + row_base
     deltap = DELTA + row_base
     prev_hi = 0
@@ -458,16 +462,11 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
     """One query block against its key-row ranges (the forward pass's ranges). It also
     computes FlashAttention-2's delta = rowsum(dO * O) of its rows and stores it for the dK/dV
     kernel, which runs after it."""
-    tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     if SANITIZE:
         if tl.load(NONFINITE) == 0:
             return  # the unchanged variant's output is exact (see the module docstring)
-    pid_m = tl.program_id(0)
-    pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
-    offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
-                                                      BLOCK_M, SAME_BUCKET)
-    offs_d = tl.arange(0, BLOCK_D)
-    d_ok = offs_d < HEAD_DIM
+    pid_m, pid_bh, b, hg, h, row_base, offs_m, m_ok, q_rows, q_pos, q_bkt, offs_d, d_ok = _query_block(
+        HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen, HEAD_DIM, BLOCK_D, BLOCK_M, SAME_BUCKET)
     row_ok = (q_pos >= 0)[:, None] & d_ok[None, :]
     q = tl.load(Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
                 + q_rows[:, None] * stride_qt + offs_d[None, :], mask=row_ok, other=0.0)
@@ -479,10 +478,10 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
     di = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # dropped rows: 0 (their O is 0)
     tl.store(DELTA + row_base + offs_m, di, mask=m_ok)
     k_base, v_base = _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, k_group, v_group)
+    nseg, rng, k_order, k_posp, k_bktp = _segments(NSEG, RANGES, K_ORDER, K_POS, K_BKT, pid_bh, n_blocks, pid_m,
+                                                   seqlen_k, MAX_SEG)
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    nseg, rng = _segments(NSEG, RANGES, pid_bh, n_blocks, pid_m, MAX_SEG)
-    k_order, k_posp, k_bktp = _side_layout(K_ORDER, K_POS, K_BKT, pid_bh, seqlen_k)
     prev_hi = 0
     for s in range(nseg):
         lo, f0, f1, hi, prev_hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP, prev_hi)

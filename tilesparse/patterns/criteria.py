@@ -153,8 +153,8 @@ def bernoulli(q: Tensor, k: Tensor, /, *, keep: float, generator: torch.Generato
     (queries drawn first, then keys)."""
     B, H, Tq, _ = q.shape
     nq = B * H * Tq
-    u = torch.rand((nq + B * H * k.shape[2],), generator=generator, device=q.device)
-    return (u[:nq] < keep).view(B, H, Tq), (u[nq:] < keep).view(B, H, k.shape[2])
+    kept = torch.rand((nq + B * H * k.shape[2],), generator=generator, device=q.device) < keep  # one launch
+    return kept[:nq].view(B, H, Tq), kept[nq:].view(B, H, k.shape[2])
 
 
 @criterion("lsh", produces="bucket", _builtin=True)

@@ -61,7 +61,7 @@ class Decisions:
 
     def present(self) -> frozenset[str]:
         """Names of the fields that hold a tensor."""
-        return frozenset(f.name for f in fields(self) if getattr(self, f.name) is not None)
+        return frozenset(n for n in DECISION_FIELDS if getattr(self, n) is not None)
 
     def merge(self, other: Decisions) -> Decisions:
         """The union of two decision sets; a field set in both is an error."""
@@ -74,7 +74,7 @@ class Decisions:
         return Decisions(**{n: None if t is None else t.to(device) for n, t in self.items()})
 
     def items(self) -> list[tuple[str, Tensor | None]]:
-        return [(f.name, getattr(self, f.name)) for f in fields(self)]
+        return [(n, getattr(self, n)) for n in DECISION_FIELDS]
 
     def __repr__(self) -> str:
         parts = [
@@ -83,6 +83,9 @@ class Decisions:
             if t is not None
         ]
         return f"Decisions({', '.join(parts)})"
+
+
+assert DECISION_FIELDS == tuple(f.name for f in fields(Decisions)), "DECISION_FIELDS names Decisions' fields in order"
 
 
 def _stamp(dec: Decisions) -> tuple | None:

@@ -3,6 +3,7 @@ builder (each adds its own reasons)."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import torch
@@ -28,7 +29,14 @@ def device_reasons(device: torch.device) -> list[str]:
     reasons = []
     if device.type == "cpu" and not interpreting():
         reasons.append("inputs are on the CPU: triton runs on CUDA, or on the CPU under TRITON_INTERPRET=1")
-    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 0):
-        cap = torch.cuda.get_device_capability(device)
-        reasons.append(f"GPU compute capability {cap} < (8, 0)")
+    if device.type == "cuda":
+        cap = _capability(torch.cuda.current_device() if device.index is None else device.index)
+        if cap < (8, 0):
+            reasons.append(f"GPU compute capability {cap} < (8, 0)")
     return reasons
+
+
+@functools.cache
+def _capability(index: int) -> tuple[int, int]:
+    """A GPU's compute capability, asked of the driver once (calls ask on every one)."""
+    return torch.cuda.get_device_capability(index)

@@ -1,82 +1,77 @@
-"""Where the time of a call that makes its own decisions goes (#12: decide adds <= 10%): per
-pattern, forward and forward+backward back to back with decisions given and made, the host
-time to enqueue one call from an idle GPU (given / made), attn.decide alone, and a profiler
-table of the made-decisions forward (CPU ops by self time, CUDA kernels by time)."""
-import json, os, sys, time, statistics
+"""Where the time of a call that makes its own decisions goes (#12: "decisions made in the call
+add at most 10%"). Per shape and pattern (bf16, causal): the forward and forward+backward with
+decisions given and made, and ``attn.decide`` alone, each timed back to back
+(``bench_models.gpu_ms``: do_bench's median) and as host time from an idle GPU
+(``probe_host.host_us``, median); one JSON line per row into --out. ``--tables`` adds profiler
+tables (CPU ops by self time, kernels by GPU time) of the made-decisions forward, ``--cprofile``
+a cProfile of 300 ``attn.decide`` calls (own and cumulative time: cProfile inflates small
+Python functions, read the order). Run from the repository root."""
+import argparse, cProfile, io, json, pstats, sys
+
 import torch
-sys.path.insert(0, ".")
-import tilesparse as ts
+from torch.profiler import ProfilerActivity, profile
 
+sys.path.insert(0, "benchmarks")
+import probe_host  # noqa: E402
+from bench_models import bf16_inputs, gpu_ms  # noqa: E402
+
+import tilesparse as ts  # noqa: E402
+from tilesparse.bench.grid import PATTERNS  # noqa: E402
+
+ap = argparse.ArgumentParser(description=__doc__)
+ap.add_argument("--shapes", default="2,12,12,64,16384;2,12,12,128,16384", help="B,H,Hkv,D,T;...")
+ap.add_argument("--patterns", default="hash16,hash64,keep0.7,hybrid")
+ap.add_argument("--tag", default="", help="a label for each row (an A/B's tree)")
+ap.add_argument("--tables", default="", help="patterns whose made-decisions forward is profiled")
+ap.add_argument("--cprofile", default="", help="patterns whose attn.decide is profiled with cProfile")
+ap.add_argument("--out", required=True, help="JSON lines, appended")
+args = ap.parse_args()
+probe_host.STAT[0] = "median"
 dev = torch.device("cuda")
-PATS = {"hash16": ts.Hash(buckets=16), "hash64": ts.Hash(buckets=64), "keep0.7": ts.QKDrop(keep=0.7),
-        "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)])}
-out = {"rows": [], "profiles": {}}
 
 
-def b2b(fn, n=30):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(n):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / n
+def cprofile_decide(decide) -> dict:
+    """cProfile's tables (own, cumulative time) of 300 calls, a synchronize every 10."""
+    with cProfile.Profile() as pr:
+        for i in range(300):
+            decide()
+            if i % 10 == 9:
+                torch.cuda.synchronize()
+    tables = {}
+    for key in ("tottime", "cumtime"):
+        pstats.Stats(pr, stream=(text := io.StringIO())).sort_stats(key).print_stats(28)
+        tables[key] = text.getvalue()
+    return tables
 
 
-def host(fn, n=20):
-    ts_ = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        ts_.append((time.perf_counter() - t) * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(ts_)
-
-
-for shape in ("2x12x12x64x16384", "2x12x12x128x16384"):
-    B, H, Hkv, D, T = map(int, shape.split("x"))
-    g = torch.Generator(device=dev).manual_seed(0)
-    q = torch.randn(B, H, T, D, device=dev, dtype=torch.bfloat16, generator=g).requires_grad_()
-    k = torch.randn(B, Hkv, T, D, device=dev, dtype=torch.bfloat16, generator=g).requires_grad_()
-    v = torch.randn(B, Hkv, T, D, device=dev, dtype=torch.bfloat16, generator=g).requires_grad_()
-    do = torch.randn_like(q)
-    for name, spec in PATS.items():
-        attn = ts.compile(spec, causal=True)
-        with torch.no_grad():
-            dec = attn.decide(q, k)
-        given_f = lambda: attn(q.detach(), k.detach(), v.detach(), decisions=dec)
-        made_f = lambda: attn(q.detach(), k.detach(), v.detach())
-        given_fb = lambda: torch.autograd.grad(attn(q, k, v, decisions=dec), (q, k, v), do)
-        made_fb = lambda: torch.autograd.grad(attn(q, k, v), (q, k, v), do)
-        decide = lambda: attn.decide(q.detach(), k.detach())
-        row = dict(shape=shape, pattern=name)
-        for label, fn in (("fwd_given", given_f), ("fwd_made", made_f), ("fb_given", given_fb), ("fb_made", made_fb), ("decide", decide)):
-            row[label + "_ms"] = b2b(fn)
-            row[label + "_host_us"] = host(fn)
-        out["rows"].append(row)
-        print(shape, name, {k_: round(v_, 3) for k_, v_ in row.items() if k_.endswith(("_ms", "_us"))}, flush=True)
-        if name in ("hybrid", "hash64") and D == 64:
-            from torch.profiler import profile, ProfilerActivity
-            for _ in range(3):
-                made_f()
-            torch.cuda.synchronize()
+for shape in args.shapes.split(";"):
+    _, q, k, v, go = bf16_inputs(shape)
+    for name in args.patterns.split(","):
+        attn = ts.compile(PATTERNS[name].spec, causal=True)
+        dec = attn.decide(q.detach(), k.detach())
+        calls = {
+            "fwd_given": lambda: attn(q.detach(), k.detach(), v.detach(), decisions=dec),
+            "fwd_made": lambda: attn(q.detach(), k.detach(), v.detach()),
+            "fb_given": lambda: torch.autograd.grad(attn(q, k, v, decisions=dec), (q, k, v), go),
+            "fb_made": lambda: torch.autograd.grad(attn(q, k, v), (q, k, v), go),
+            "decide": lambda: attn.decide(q.detach(), k.detach()),
+        }
+        row = dict(tag=args.tag, shape=shape, pattern=name)
+        for label, fn in calls.items():
+            row[label + "_ms"] = gpu_ms(fn)
+            row[label + "_host_us"] = probe_host.host_us(fn, 20, dev)
+        if name in args.tables.split(","):
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 for _ in range(5):
-                    made_f()
+                    calls["fwd_made"]()
                 torch.cuda.synchronize()
             ka = prof.key_averages()
-            out["profiles"][f"{shape}/{name}/cpu"] = ka.table(sort_by="self_cpu_time_total", row_limit=30)
-            out["profiles"][f"{shape}/{name}/cuda"] = ka.table(sort_by="self_cuda_time_total", row_limit=20)
-            print(out["profiles"][f"{shape}/{name}/cuda"][:3000], flush=True)
-        del attn
-
-os.makedirs(os.environ["OUT"] + "/r", exist_ok=True)
-json.dump(out, open(os.environ["OUT"] + "/r/diag_decide_h200.json", "w"), indent=1)
-for key, tab in out["profiles"].items():
-    if key.endswith("cpu"):
-        print(key)
-        print(tab[:2500])
+            row["cpu_table"] = ka.table(sort_by="self_cpu_time_total", row_limit=30)
+            row["cuda_table"] = ka.table(sort_by="self_cuda_time_total", row_limit=20)
+        if name in args.cprofile.split(","):
+            row["cprofile_decide"] = cprofile_decide(calls["decide"])
+        with open(args.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(args.tag, shape, name, " ".join(f"{k_}={v_:.3f}" for k_, v_ in row.items() if k_.endswith("_ms")),
+              " host us:", " ".join(f"{k_[:-8]}={v_:.0f}" for k_, v_ in row.items() if k_.endswith("_host_us")),
+              flush=True)

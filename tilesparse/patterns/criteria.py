@@ -153,8 +153,9 @@ def bernoulli(q: Tensor, k: Tensor, /, *, keep: float, generator: torch.Generato
     (queries drawn first, then keys)."""
     B, H, Tq, _ = q.shape
     nq = B * H * Tq
-    kept = torch.rand((nq + B * H * k.shape[2],), generator=generator, device=q.device) < keep  # one launch
-    return kept[:nq].view(B, H, Tq), kept[nq:].view(B, H, k.shape[2])
+    u = torch.rand((nq + B * H * k.shape[2],), generator=generator, device=q.device)
+    # two comparisons, not one sliced in two: a custom op's outputs may not alias each other
+    return (u[:nq] < keep).view(B, H, Tq), (u[nq:] < keep).view(B, H, k.shape[2])
 
 
 @criterion("lsh", produces="bucket", _builtin=True)

@@ -38,5 +38,6 @@ def device_reasons(device: torch.device) -> list[str]:
 
 @functools.cache
 def _capability(index: int) -> tuple[int, int]:
-    """A GPU's compute capability, asked of the driver once (calls ask on every one)."""
+    """A GPU's compute capability, read from the driver once per device (it cannot change while
+    the process runs; a call that checks its device would otherwise ask on every call)."""
     return torch.cuda.get_device_capability(index)

@@ -15,8 +15,8 @@ For every built-in pattern (backend="auto": SDPA for dense groups, Triton for sp
 - ``torch.compile(mode="reduce-overhead")`` (inductor with CUDA graph trees) runs a small
   training loop without recompiling, with the op's calls captured in the CUDA graphs, and a
   deterministic pattern's compiled output and gradients equal eager ones;
-- ``torch.compile`` in its default mode equals eager for every pattern, and its backward
-  differentiates the graph its forward kept (the op runs once a step).
+- ``torch.compile`` in its default mode equals eager for every pattern; its backward
+  recomputes the forward (the op runs twice a step).
 
 Run: ``TRITON_INTERPRET=0 python -m pytest -q -m gpu tests/gpu/test_graph_capture_gpu.py``.
 """

@@ -15,4 +15,3 @@ __all__ = [
     "BUILDERS", "REGISTRY", "Backend", "HashingBuilder", "IndexBuilder", "cupy", "executor", "lsh_hasher",
     "range_check_for", "reference", "register", "register_builder", "sdpa", "triton",
 ]  # fmt: skip
-

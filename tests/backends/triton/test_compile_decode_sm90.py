@@ -7,15 +7,11 @@ subprocess with TRITON_INTERPRET=0 (the kernels must be JIT functions, not inter
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+
+from sm90_child import run_compiling
 
 from tilesparse.backends.triton.sm90 import SHARED_LIMIT
 
-ROOT = Path(__file__).resolve().parents[3]
 _COMPILE = r"""
 import itertools, json, os, sys
 import triton
@@ -44,11 +40,6 @@ print(json.dumps(out))
 
 
 def test_decode_kernel_compiles_for_sm90():
-    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(ROOT)}
-    env.setdefault("TRITON_CACHE_DIR", str(ROOT / "build" / "triton-cache"))
-    done = subprocess.run([sys.executable, "-c", _COMPILE], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=900)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    shared = json.loads(done.stdout.strip().splitlines()[-1])
+    shared = run_compiling("-c", _COMPILE, timeout=900)
     assert len(shared) == len(list(itertools.product([0, 1], [0, 1], [0, 1], [0, 1])))
     assert all(s <= SHARED_LIMIT for s in shared.values()), shared

@@ -1,10 +1,13 @@
-"""The lean launch path's cache key and fallbacks, on the CPU with a stand-in kernel.
+"""The lean launch path's cache key and fallbacks, on the CPU with a stand-in kernel, and what
+it hands the installed Triton's launcher against Triton's own launch (lean_launch_probe.py).
 
 The GPU test (tests/gpu/test_lean_launch_gpu.py) checks the launches themselves give bitwise
 the normal path's results.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +16,8 @@ triton = pytest.importorskip("triton")
 
 from tilesparse.backends.triton.launch import LEAN_TRITON, OPTIONS, LeanKernel, arg_key, lean, lean_supported  # noqa: E402
 from tilesparse.backends.triton.versions import installed_triton  # noqa: E402
+
+from sm90_child import run_compiling  # noqa: E402
 
 
 class _Param:
@@ -145,7 +150,8 @@ def test_the_interpreter_and_unchecked_triton_versions_take_the_normal_path():
     from tilesparse.backends.triton import kernels
     from tilesparse.backends.triton.op import interpreting
 
-    assert lean_supported((3, 6)) and not lean_supported((3, 5)) and not lean_supported((9, 9))
+    assert all(lean_supported((3, m)) for m in (6, 7, 8, 9))
+    assert not lean_supported((3, 5)) and not lean_supported((3, 10)) and not lean_supported((9, 9))
     assert lean_supported() == (installed_triton() in LEAN_TRITON)
     if interpreting():
         assert not lean(kernels._attn_fwd).enabled
@@ -169,6 +175,26 @@ def test_the_key_is_at_least_as_fine_as_tritons():
         spec = native_specialize_impl(BaseBackend, a, False, True, True)
         by_key.setdefault(arg_key([a]), set()).add(repr(spec))
     assert all(len(specs) == 1 for specs in by_key.values()), by_key
+
+
+def test_a_lean_launch_hands_tritons_launcher_what_tritons_own_launch_does():
+    """lean_launch_probe.py on the installed Triton (a kernel compiled for sm_90, a driver that
+    records instead of launching): a lean launch passes the launcher the arguments of Triton's
+    own launch of the same call, but None for the launch metadata and the two hooks, where
+    Triton passes hook chains that hold no hook (so nothing calls either). That holds exactly
+    on the releases in LEAN_TRITON: a release where it holds and that is not listed fails here
+    until it is recorded (the key test above runs on it too)."""
+    r = run_compiling(str(Path(__file__).with_name("lean_launch_probe.py")))
+    normal, got = r["normal"], r["lean"]
+    assert (r["hits"], r["calls"]) == (1, 3), r  # Triton's launch, the lean miss (Triton's), the lean hit
+    hooks = [None, None, None]  # launch metadata, enter hook, exit hook: positions 6 to 8
+    same = (len(got) == len(normal) and got[:6] == normal[:6] and got[9:] == normal[9:]
+            and [a[1] for a in got[6:9]] == hooks and normal[7:9] == [["hooks", 0], ["hooks", 0]])  # fmt: skip
+    assert same == lean_supported(), (
+        f"Triton {r['triton']}: the lean launch {'matches' if same else 'differs from'} Triton's own "
+        f"({'record the release in' if same else 'take the release out of'} launch.LEAN_TRITON)\n"
+        f"Triton's: {normal}\nlean:     {got}"
+    )
 
 
 def test_an_unknown_argument_type_is_a_clear_error():

@@ -12,10 +12,6 @@ test_triton_interpreter.py.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +33,7 @@ from tilesparse.backends.triton.versions import (
 )
 from tilesparse.testing import assert_equivalent
 
-ROOT = Path(__file__).resolve().parents[3]
+from sm90_child import run_compiling
 
 
 def test_release_rule():
@@ -57,12 +53,7 @@ def test_release_rule():
 def test_carried_scalar_folding_matches_the_table():
     """The installed compiler folds the reproducer's carried scalar exactly when the table
     says so, and the kernels carry it exactly where it is not folded."""
-    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(ROOT)}
-    env.setdefault("TRITON_CACHE_DIR", str(ROOT / "build" / "triton-cache"))
-    probe = Path(__file__).with_name("carried_scalar_probe.py")
-    done = subprocess.run([sys.executable, str(probe)], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    r = json.loads(done.stdout.strip().splitlines()[-1])
+    r = run_compiling(str(Path(__file__).with_name("carried_scalar_probe.py")))
     assert r["ttir_operand"].startswith("%prev_hi"), f"the reproducer no longer carries prev_hi in TTIR: {r}"
     folded = not r["ttgir_operand"].startswith("%prev_hi")
     assert folded == CARRIED_SCALAR_FOLDED.affects(), (

@@ -14,7 +14,9 @@ own cache by what Triton specializes on, computed in one pass over the arguments
   current device.
 
 That key is at least as fine as Triton's own (two launches with one key have one Triton key),
-so the kernel a miss compiled through the normal path is the one a hit launches. A hit calls
+so the kernel a miss compiled through the normal path is the one a hit launches. Triton's
+process-wide compile settings (``triton.knobs``: debug, instrumentation) are not in it: they
+count when a kernel compiles, so set them before the first call. A hit calls
 the compiled kernel's launcher with the arguments in the kernel's order, as
 ``JITFunction.run`` does after its own cache lookup.
 
@@ -38,8 +40,11 @@ from .versions import installed_triton
 __all__ = ["LEAN_TRITON", "OPTIONS", "LeanKernel", "arg_key", "lean", "lean_supported", "normal_launches"]
 
 # (major, minor) of the Triton releases whose JITFunction.run / CompiledKernel.run this path
-# mirrors; tests/gpu/test_lean_launch_gpu.py checks it gives bitwise the normal path's results
-LEAN_TRITON: frozenset[tuple[int, int]] = frozenset({(3, 6)})
+# mirrors: on each, tests/backends/triton/test_lean_launch.py checks that a lean launch hands the
+# launcher what Triton's own launch does and that the key is as fine as Triton's (run against
+# 3.6.0, 3.7.1, 3.8.0 and 3.9.0); tests/gpu/test_lean_launch_gpu.py checks the results bitwise
+# on the GPU machine's release (3.6)
+LEAN_TRITON: frozenset[tuple[int, int]] = frozenset({(3, 6), (3, 7), (3, 8), (3, 9)})
 
 # compile options every launch passes: FMA contraction on, as the kernels were tuned and checked
 # with (Triton's default through 3.9, which warns when it is left unset; 3.10 turns it off)

@@ -8,16 +8,4 @@ source benchmarks/results/logs/device_prelude.sh
 mkdir -p $R
 timeout 60 python3 benchmarks/probe_atomics.py --heads 24 --t 16384 --d 64 --tiles 388000 --out $R/atomics_d64 2>&1 | tail -4
 timeout 60 python3 benchmarks/probe_atomics.py --heads 24 --t 16384 --d 64 --tiles 194000 --out $R/atomics_d64_128 2>&1 | tail -4
-timeout 90 python3 - <<'PY'
-import json, os, sys
-sys.path.insert(0, "benchmarks")
-import torch
-import tilesparse as ts
-from bench_models import bf16_inputs, kernel_ms
-_, q, k, v, go = bf16_inputs("2,12,12,64,16384")
-attn = ts.compile(ts.QKDrop(keep=0.7), causal=True)
-dec = attn.decide(q.detach(), k.detach())
-ms = kernel_ms(lambda: torch.autograd.grad(attn(q, k, v, decisions=dec), (q, k, v), go))
-print("kernels ms per call", {n: round(t, 3) for n, t in ms.items()})
-json.dump({"kernels_ms": ms}, open(os.environ["OUT"] + "/r/dq_kernel_d64.json", "w"))
-PY
+timeout 90 python3 benchmarks/results/logs/kernel_times.py 2,12,12,64,16384 $OUT/r/dq_kernel_d64.json

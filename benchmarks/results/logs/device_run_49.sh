@@ -17,18 +17,6 @@ for cfg in "causal 32 23168 128 64" "causal 32 23168 128 128" "random 32 32768 1
   timeout 120 python3 benchmarks/probe_atomics.py --schedule $1 --heads $2 --t $3 --d $4 --block-m $5 \
     --out $R/atomics_$1_d$4_m$5 2>&1 | tail -6
 done
-timeout 150 python3 - <<'PY'
-import json, os, sys
-sys.path.insert(0, "benchmarks")
-import torch
-import tilesparse as ts
-from bench_models import bf16_inputs, kernel_ms
-_, q, k, v, go = bf16_inputs("1,32,8,128,32768")
-attn = ts.compile(ts.QKDrop(keep=0.7), causal=True)
-dec = attn.decide(q.detach(), k.detach())
-ms = kernel_ms(lambda: torch.autograd.grad(attn(q, k, v, decisions=dec), (q, k, v), go))
-print("kernels ms per call", {n: round(t, 3) for n, t in ms.items()})
-json.dump({"kernels_ms": ms}, open(os.environ["OUT"] + "/r/dq_kernel_d128.json", "w"))
-PY
+timeout 150 python3 benchmarks/results/logs/kernel_times.py 1,32,8,128,32768 $OUT/r/dq_kernel_d128.json
 timeout 200 python3 -m pytest -q -m gpu -n 4 tests/gpu/test_lean_launch_gpu.py -p no:cacheprovider 2>&1 | tail -3
 echo "t=$(( $(date +%s) - T0 ))"

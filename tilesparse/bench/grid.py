@@ -65,6 +65,6 @@ GRIDS: dict[str, Grid] = {
     "targets": Grid(2, 12, (64,), (16384, 32768), ("dense", "keep0.7", "keep0.5", "keep0.3", "hash16", "hybrid"), True),
     "quick": Grid(1, 2, (32,), (256, 512), DEFAULT_PATTERNS, False),
     # the shapes current models run (benchmarks/bench_models.py times them against cuDNN)
-    "models": Grid(1, 32, (128,), (8192, 16384, 32768), DEFAULT_PATTERNS, False, kv_heads=8),
+    "models": Grid(1, 32, (128,), (8192, 16384, 32768, 65536), DEFAULT_PATTERNS, False, kv_heads=8),
 }
 LONG_T, LONG_D, LONG_PATTERN = 131072, 64, "hash16"

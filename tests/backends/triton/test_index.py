@@ -75,9 +75,9 @@ def _fused_scan(limit: int):
 def monkeypatch_chunks():
     from tilesparse.backends.triton import index
 
-    old = index._ONE_HOT
-    index._ONE_HOT = 64
+    old = index._ONE_HOT_ROWS, index._SORT_ROWS, index._SCAN_TILE
+    index._ONE_HOT_ROWS, index._SORT_ROWS, index._SCAN_TILE = 32, 16, 16
     index._static.cache_clear()
     yield
-    index._ONE_HOT = old
+    index._ONE_HOT_ROWS, index._SORT_ROWS, index._SCAN_TILE = old
     index._static.cache_clear()

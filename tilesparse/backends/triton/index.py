@@ -52,6 +52,10 @@ from .op import predicate_flags
 __all__ = ["build_group", "index_build_reasons"]
 
 
+# a sort key above every real one (they stay below 2 * big < 2^31): lanes past a chunk's end
+_KEY_PAST_END = tl.constexpr(2**31 - 1)
+
+
 @triton.jit(do_not_specialize=["seqlen", "big", "n_chunks"])
 def _sort_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, KEYS, COUNTS, seqlen, big, n_chunks,
                HAS_KEEP: tl.constexpr, HAS_BUCKET: tl.constexpr, N_CAT: tl.constexpr, CAT_PAD: tl.constexpr,
@@ -82,10 +86,8 @@ def _sort_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, KEYS, COUNTS, seqlen, big, n_chunks
         key = tl.where(keep != 0, key, big + rows)
         cat = tl.where(keep != 0, cat, N_CAT - 1)
     tl.store(KEYS + (side * n_bh).to(tl.int64) * seqlen + base + rows, key, mask=ok)
-    cats = tl.arange(0, CAT_PAD)
-    one_hot = ((cat[:, None] == cats[None, :]) & ok[:, None]).to(tl.int32)
-    counts = tl.sum(one_hot, 0)
-    tl.store(COUNTS + ((side * n_bh + bh).to(tl.int64) * n_chunks + pid) * CAT_PAD + cats, counts)
+    counts = tl.histogram(cat, CAT_PAD, mask=ok)
+    tl.store(COUNTS + ((side * n_bh + bh).to(tl.int64) * n_chunks + pid) * CAT_PAD + tl.arange(0, CAT_PAD), counts)
 
 
 @triton.jit(do_not_specialize=["n_chunks"])
@@ -112,10 +114,15 @@ def _scan_counts(COUNTS, n_chunks, CAT_PAD: tl.constexpr, CHUNKS: tl.constexpr):
 @triton.jit(do_not_specialize=["seqlen", "big", "n_chunks"])
 def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
                     N_CAT: tl.constexpr, CAT_PAD: tl.constexpr, BLOCK: tl.constexpr,
-                    FUSED_SCAN: tl.constexpr, CHUNKS_PAD: tl.constexpr):
+                    FUSED_SCAN: tl.constexpr, CHUNKS_PAD: tl.constexpr, BY_SORT: tl.constexpr):
     """Each row of one chunk to its place in the sorted order: its key to SKEY, its position
     to ORDER. FUSED_SCAN: OFFSETS holds the raw counts (no ``_scan_counts`` launch) and each
-    program sums its side's (at most CHUNKS_PAD) chunks itself: the same starts."""
+    program sums its side's (at most CHUNKS_PAD) chunks itself: the same starts.
+
+    A row goes to its category's start plus the number of the chunk's earlier rows of its
+    category. BY_SORT finds those ranks by sorting the chunk's keys (BLOCK log^2 BLOCK work);
+    otherwise by a running count over a (rows x categories) one-hot tile (BLOCK x CAT_PAD
+    work: cheaper for a few categories)."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     side = tl.program_id(2)
@@ -125,7 +132,6 @@ def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
     key = tl.load(KEYS + row_base + rows, mask=ok, other=0)
     cat = tl.where(key < big, key // seqlen, N_CAT - 1)
     cats = tl.arange(0, CAT_PAD)
-    one_hot = ((cat[:, None] == cats[None, :]) & ok[:, None]).to(tl.int32)
     if FUSED_SCAN:
         # category start (every chunk's rows of earlier categories) + earlier chunks' rows
         chunks = tl.arange(0, CHUNKS_PAD)
@@ -136,11 +142,26 @@ def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
         start = tl.cumsum(total, 0) - total + earlier
     else:
         start = tl.load(OFFSETS + ((side * tl.num_programs(1) + bh).to(tl.int64) * n_chunks + pid) * CAT_PAD + cats)
-    # rows of the same category before this one in the chunk, plus where the chunk's start
-    before = tl.sum((tl.cumsum(one_hot, 0) - one_hot) * one_hot, 1)
-    dest = tl.sum(one_hot * start[None, :], 1) + before
-    tl.store(SKEY + row_base + dest, key, mask=ok)
-    tl.store(ORDER + row_base + dest, rows, mask=ok)
+    if BY_SORT:
+        # the chunk's keys sorted: a category's rows in row order (a key grows with its row),
+        # so the i-th sorted key's rank in its category is i minus the category's first place
+        # in the chunk; lanes past the end sort last and store nothing
+        sorted_key = tl.sort(tl.where(ok, key, _KEY_PAST_END))
+        place = tl.arange(0, BLOCK)
+        filled = place < tl.sum(ok.to(tl.int32), 0)
+        dropped = sorted_key >= big
+        sorted_cat = tl.where(filled, tl.where(dropped, N_CAT - 1, sorted_key // seqlen), 0)
+        here = tl.histogram(cat, CAT_PAD, mask=ok)
+        dest = tl.gather(start, sorted_cat, 0) + place - tl.gather(tl.cumsum(here, 0) - here, sorted_cat, 0)
+        tl.store(SKEY + row_base + dest, sorted_key, mask=filled)
+        tl.store(ORDER + row_base + dest, tl.where(dropped, sorted_key - big, sorted_key - sorted_cat * seqlen),
+                 mask=filled)
+    else:
+        one_hot = ((cat[:, None] == cats[None, :]) & ok[:, None]).to(tl.int32)
+        before = tl.sum((tl.cumsum(one_hot, 0) - one_hot) * one_hot, 1)
+        dest = tl.sum(one_hot * start[None, :], 1) + before
+        tl.store(SKEY + row_base + dest, key, mask=ok)
+        tl.store(ORDER + row_base + dest, rows, mask=ok)
 
 
 @triton.jit
@@ -287,10 +308,12 @@ class _Static:
     has_bucket: bool
     big: int
     n_steps: int
-    # the counting sort: categories (buckets, then "dropped"), padded to a power of two; rows
-    # per chunk; chunks per side; chunks per step of the scan
+    # the counting sort: categories (buckets, then "dropped"), padded to a power of two;
+    # whether the scatter ranks by sorting; rows per chunk; chunks per side; chunks per step
+    # of the scan
     n_cat: int
     cat_pad: int
+    by_sort: bool
     sort_block: int
     n_chunks: int
     scan_chunks: int
@@ -308,27 +331,39 @@ class _Static:
     views: tuple = ()
 
 
-# elements of a (rows x categories) one-hot tile in the counting sort's kernels
-_ONE_HOT = 8192
+# the counting sort's chunks: up to _ONE_HOT_CATS padded categories (QKDrop alone: 2) the
+# scatter ranks a chunk's rows over a one-hot tile of _ONE_HOT_ROWS rows; with more, by sorting
+# chunks of _SORT_ROWS rows (Triton's build at B=1, H=32, T=32k: 0.81 -> 0.19 ms at 64 buckets,
+# 0.25 -> 0.17 ms at 16; 256 rows beat 512 and 1024: benchmarks/results/index_kernels_*_h200.jsonl)
+_ONE_HOT_CATS = 4
+_ONE_HOT_ROWS = 1024
+_SORT_ROWS = 256
+# elements of the scan's (chunks x categories) tile
+_SCAN_TILE = 2048
 # most (chunks x categories) counts each scatter program sums itself instead of a scan launch:
 # one launch fewer while the counts are small (T <= 16k at 16 buckets), no quadratic reads beyond
 _FUSED_SCAN = 2048
 
 
+def _by_sort(cat_pad: int) -> bool:
+    """Whether the scatter ranks a chunk's rows by sorting them (many categories)."""
+    return cat_pad > _ONE_HOT_CATS
+
+
 def _sort_block(cat_pad: int) -> int:
-    """Rows per chunk of the counting sort: a chunk's one-hot tile stays _ONE_HOT elements."""
-    return max(16, min(1024, _ONE_HOT // cat_pad))
+    """Rows per chunk of the counting sort."""
+    return _SORT_ROWS if _by_sort(cat_pad) else _ONE_HOT_ROWS
 
 
 def index_build_reasons(group: HeadGroup, seqlen: int) -> list[str]:
-    """Why the counting sort cannot build ``group``'s index for sequences of ``seqlen``: a
-    chunk's one-hot tile (rows x padded categories) must fit one Triton tensor, and the sort
-    keys int32."""
+    """Why the counting sort cannot build ``group``'s index for sequences of ``seqlen``: its
+    per-category counts (padded to a power of two) must fit one Triton tensor 16 times over,
+    and the sort keys int32."""
     if group.layout is Layout.IDENTITY:
         return []
     reasons = []
     cat_pad = triton.next_power_of_2(group.buckets + 1)
-    if _sort_block(cat_pad) * cat_pad > tl.TRITON_MAX_TENSOR_NUMEL:
+    if 16 * cat_pad > tl.TRITON_MAX_TENSOR_NUMEL:
         most = tl.TRITON_MAX_TENSOR_NUMEL // 16 - 1
         reasons.append(f"buckets={group.buckets} > {most}: the index build's counting sort handles at most {most}")
     if 2 * (group.buckets + 1) * seqlen >= 2**31:
@@ -373,9 +408,10 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
         n_steps=max(1, math.ceil(math.log2(T + 1))),
         n_cat=n_cat,
         cat_pad=cat_pad,
+        by_sort=_by_sort(cat_pad),
         sort_block=sort_block,
         n_chunks=n_chunks,
-        scan_chunks=max(1, min(triton.next_power_of_2(n_chunks), _ONE_HOT // 4 // cat_pad)),
+        scan_chunks=max(1, min(triton.next_power_of_2(n_chunks), _SCAN_TILE // cat_pad)),
         fused_scan=fused_scan,
         chunks_pad=triton.next_power_of_2(n_chunks) if fused_scan else 1,
         flags=flags,
@@ -444,8 +480,8 @@ def build_group(
         )  # fmt: skip
         if not st.fused_scan:
             lean(_scan_counts)[(2 * B * Hg,)](counts, st.n_chunks, CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
-        lean(_scatter_sorted)[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort,
-                                    FUSED_SCAN=st.fused_scan, CHUNKS_PAD=st.chunks_pad)  # fmt: skip
+        scatter = dict(FUSED_SCAN=st.fused_scan, CHUNKS_PAD=st.chunks_pad, BY_SORT=st.by_sort)
+        lean(_scatter_sorted)[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort, **scatter)
         sorted_keys, orders = [skey0, skey1], [order0, order1]
     q_out, k_out = tuple(views[:5]), tuple(views[5:10])
     dummy = q_out[0]  # identity reads no keys

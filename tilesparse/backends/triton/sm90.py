@@ -268,11 +268,11 @@ def index_variants() -> list[tuple[str, dict]]:
         n_cat, block = max(2, cat_pad - 1), index._sort_block(cat_pad)
         for keep, bucket in ((True, False), (False, True), (True, True)):
             out.append(("_sort_keys", dict(HAS_KEEP=keep, HAS_BUCKET=bucket, N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block)))
-        out.append(("_scan_counts", dict(CAT_PAD=cat_pad, CHUNKS=max(1, index._ONE_HOT // 4 // cat_pad))))
-        out.append(("_scatter_sorted", dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block, FUSED_SCAN=False, CHUNKS_PAD=1)))
+        out.append(("_scan_counts", dict(CAT_PAD=cat_pad, CHUNKS=max(1, index._SCAN_TILE // cat_pad))))
+        scatter = dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block, BY_SORT=index._by_sort(cat_pad))
+        out.append(("_scatter_sorted", dict(**scatter, FUSED_SCAN=False, CHUNKS_PAD=1)))
         if cat_pad <= index._FUSED_SCAN:
-            fused = dict(FUSED_SCAN=True, CHUNKS_PAD=index._FUSED_SCAN // cat_pad)
-            out.append(("_scatter_sorted", dict(N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block, **fused)))
+            out.append(("_scatter_sorted", dict(**scatter, FUSED_SCAN=True, CHUNKS_PAD=index._FUSED_SCAN // cat_pad)))
     for d, buckets, fp32 in ((64, 15, False), (128, 63, False), (256, 255, False), (128, 63, True)):
         out.append(("_lsh_hash", hash_constexprs(d, buckets, fp32)))
     for causal, strict, not_self, identity in ((True, False, False, False), (True, True, False, True), (False, False, True, False)):

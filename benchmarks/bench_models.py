@@ -62,8 +62,9 @@ def sync_ms(fn, estimate_ms: float) -> float:
     return statistics.median(times)
 
 
-def kernel_ms(fn, iters: int = 3) -> dict[str, float]:  # also sweep_kernels.py's per-kernel timer
-    """GPU time per call by kernel: the forward, the two backward kernels, and the rest."""
+def kernel_ms(fn, iters: int = 3, every: bool = False) -> dict[str, float]:  # also sweep_kernels.py's
+    """GPU time per call by kernel: the forward, the two backward kernels, and the rest (with
+    ``every``, each kernel by its name, cut to 60 characters)."""
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -75,6 +76,7 @@ def kernel_ms(fn, iters: int = 3) -> dict[str, float]:  # also sweep_kernels.py'
         t = e.device_time_total / 1e3 / iters
         if t > 0:
             name = next((k for k in ("_attn_fwd", "_attn_bwd_dq", "_attn_bwd_dkdv") if k in e.key), "other")
+            name = e.key[:60] if every else name
             out[name] = out.get(name, 0.0) + t
     return out
 

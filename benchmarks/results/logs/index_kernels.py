@@ -9,27 +9,20 @@ set Triton's counting sort's chunk size and where it ranks by a one-hot tile ins
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
-import tilesparse as ts
-from tilesparse.backends.triton import index
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 
-ITERS = 5
+from bench_models import kernel_ms  # noqa: E402
+
+import tilesparse as ts  # noqa: E402
+from tilesparse.backends.triton import index  # noqa: E402
+
 SPECS = {"hash16": ts.Hash(buckets=16), "hash64": ts.Hash(buckets=64), "keep0.7": ts.QKDrop(keep=0.7),
          "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)])}  # fmt: skip
-
-
-def per_kernel(fn) -> dict[str, float]:
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(ITERS):
-            fn()
-        torch.cuda.synchronize()
-    return {e.key[:60]: round(e.device_time_total / 1e3 / ITERS, 4) for e in prof.key_averages() if e.device_time_total > 0}
 
 
 if __name__ == "__main__":
@@ -54,9 +47,11 @@ if __name__ == "__main__":
             auto = ts.compile(SPECS[name], causal=True, validate=False)
             dec = auto.decide(q, k, generator=g)
             for backend in ("triton",) if forced else ("triton", "auto"):
-                attn = auto if backend == "auto" else ts.compile(SPECS[name], causal=True, backend=backend, validate=False)
+                attn = auto if backend == "auto" else ts.compile(SPECS[name], causal=True, backend=backend,
+                                                                 validate=False)  # fmt: skip
                 plan = attn.plan(q, k, k, decisions=dec)
-                kernels = per_kernel(lambda attn=attn: attn.prepare(q, k, k, decisions=dec))
+                ms = kernel_ms(lambda attn=attn: attn.prepare(q, k, k, decisions=dec), iters=5, every=True)
+                kernels = {name: round(t, 4) for name, t in ms.items()}
                 row = {"T": T, "pattern": name, "backend": backend, "sort_rows": index._SORT_ROWS,
                        "one_hot_cats": index._ONE_HOT_CATS,
                        "builders": [a.builder.NAME if a.builder else None for a in plan.assignments],

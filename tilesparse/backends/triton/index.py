@@ -145,17 +145,16 @@ def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
     if BY_SORT:
         # the chunk's keys sorted: a category's rows in row order (a key grows with its row),
         # so the i-th sorted key's rank in its category is i minus the category's first place
-        # in the chunk; lanes past the end sort last and store nothing
+        # in the chunk; lanes past the end sort last, so the filled places are ``ok``'s lanes
         sorted_key = tl.sort(tl.where(ok, key, _KEY_PAST_END))
-        place = tl.arange(0, BLOCK)
-        filled = place < tl.sum(ok.to(tl.int32), 0)
         dropped = sorted_key >= big
-        sorted_cat = tl.where(filled, tl.where(dropped, N_CAT - 1, sorted_key // seqlen), 0)
+        sorted_cat = tl.where(ok, tl.where(dropped, N_CAT - 1, sorted_key // seqlen), 0)
         here = tl.histogram(cat, CAT_PAD, mask=ok)
+        place = tl.arange(0, BLOCK)
         dest = tl.gather(start, sorted_cat, 0) + place - tl.gather(tl.cumsum(here, 0) - here, sorted_cat, 0)
-        tl.store(SKEY + row_base + dest, sorted_key, mask=filled)
+        tl.store(SKEY + row_base + dest, sorted_key, mask=ok)
         tl.store(ORDER + row_base + dest, tl.where(dropped, sorted_key - big, sorted_key - sorted_cat * seqlen),
-                 mask=filled)
+                 mask=ok)
     else:
         one_hot = ((cat[:, None] == cats[None, :]) & ok[:, None]).to(tl.int32)
         before = tl.sum((tl.cumsum(one_hot, 0) - one_hot) * one_hot, 1)

@@ -31,7 +31,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 import tilesparse as ts
-from tilesparse.backends.triton.op import tile_config
+from tilesparse.backends.triton.op import forward_tile, tile_config
 from tilesparse.bench.grid import PATTERNS as GRID_PATTERNS
 from tilesparse.ir import tile_stats
 
@@ -197,12 +197,14 @@ def main() -> int:
                 row["kernels"] = kn = kernel_ms(step)
                 cfg = tile_config(D, torch.bfloat16, DEV)
                 groups = attn.prepare(q, k, v, decisions=dec).groups
-                st_f = [tile_stats(g, block_n=cfg.fwd_n, exact=False) for g in groups]
+                # each group's forward key tiles (a bucket predicate may take another width), as elements
+                widths = [forward_tile(g.group, cfg) for g in groups]
+                st_f = [tile_stats(g, block_n=n, exact=False) for g, n in zip(groups, widths, strict=True)]
                 st_q = [tile_stats(g, block_n=cfg.dq_n, exact=False) for g in groups]
-                vis = sum(s["visited"] for s in st_f) / max(1, sum(s["dense_tiles"] for s in st_f))
-                row["visited_fraction"] = vis
+                fwd_el = cfg.block_q * sum(s["visited"] * n for s, n in zip(st_f, widths, strict=True))
+                dense_el = cfg.block_q * sum(s["dense_tiles"] * n for s, n in zip(st_f, widths, strict=True))
+                row["visited_fraction"] = vis = fwd_el / max(1, dense_el)
                 if "_attn_fwd" in kn:
-                    fwd_el = sum(s["visited"] for s in st_f) * cfg.block_q * cfg.fwd_n
                     bwd_el = sum(s["visited"] for s in st_q) * cfg.block_q * cfg.dq_n
                     row["fwd_tflops"] = 4 * D * fwd_el / kn["_attn_fwd"] / 1e9
                     bwd = kn.get("_attn_bwd_dq", 0.0) + kn.get("_attn_bwd_dkdv", 0.0)

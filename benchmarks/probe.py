@@ -22,7 +22,7 @@ import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tilesparse as ts
-from tilesparse.backends.triton.op import override_config, sparse_attention, tile_config
+from tilesparse.backends.triton.op import forward_tile, override_config, sparse_attention, tile_config
 from tilesparse.ir import tile_stats
 
 B, H = 2, 12
@@ -79,7 +79,7 @@ def ours(spec, T, D, backend="triton"):
         kern = lambda: sparse_attention(q, k, v, g, D**-0.5, cfg)  # noqa: E731
         row["kernel_fwd"] = bench(kern)
         row["kernel_fwd_bwd"] = bench(fwd_bwd(kern, q, k, v, go))
-    st = [tile_stats(g, block_n=cfg.fwd_n, exact=False) for g in prep.groups]
+    st = [tile_stats(g, block_n=forward_tile(g.group, cfg), exact=False) for g in prep.groups]
     row["visited_fraction"] = sum(s["visited"] for s in st) / max(1, sum(s["dense_tiles"] for s in st))
     row["unmasked_fraction"] = sum(s["unmasked"] for s in st) / max(1, sum(s["visited"] for s in st))
     # correctness on this very input, against the reference on one (b, h) slice

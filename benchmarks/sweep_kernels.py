@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tilesparse as ts
-from tilesparse.backends.triton.op import override_config, parse_overrides, sparse_attention, tile_config
+from tilesparse.backends.triton.op import forward_tile, override_config, parse_overrides, sparse_attention, tile_config
 from tilesparse.ir import tile_stats
 
 # the model-shape benchmark's patterns and timers (this directory is on sys.path when a script here runs)
@@ -109,10 +109,11 @@ def main() -> int:
                         base_out = out
                     row["max_diff_vs_baseline"] = float((out.float() - base_out.float()).abs().max())
                     row["max_err_vs_ref"] = ref_error(attn, q, k, v, dec, out)
-                    st_f = tile_stats(prep, block_n=cfg.fwd_n, exact=False)
+                    fwd_n = forward_tile(prep.group, cfg)
+                    st_f = tile_stats(prep, block_n=fwd_n, exact=False)
                     st_q = tile_stats(prep, block_n=cfg.dq_n, exact=False)
                     row["visited_fraction"] = st_f["visited_fraction"]
-                    fwd_el = st_f["visited"] * cfg.block_q * cfg.fwd_n
+                    fwd_el = st_f["visited"] * cfg.block_q * fwd_n
                     dq_el = st_q["visited"] * cfg.block_q * cfg.dq_n
                     kn = row["kernels"]
                     row["fwd_tflops"] = 4 * D * fwd_el / kn.get("_attn_fwd", float("nan")) / 1e9

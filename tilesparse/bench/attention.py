@@ -47,7 +47,8 @@ Peak memory: ``torch.cuda.reset_peak_memory_stats()``, one call, ``max_memory_al
 allocated just before the call.
 
 Tiles: ``visited_fraction`` sums, over the prepared head groups, the forward kernel's visited
-(query block x ``fwd_n``-wide key tile) tiles over the dense causal tile count;
+(query block x forward key tile: ``TileConfig.forward_tile``, which a bucket predicate may
+make narrower) area over the dense causal area;
 ``ideal_fraction`` is the fraction an ideal layout must touch (tiles holding a kept element),
 computed exactly on a fresh B=1, H=1 slice for T <= ``--ideal-max-t`` (it costs T^2 work),
 next to the visited fraction of that same slice.
@@ -88,7 +89,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tilesparse as ts
-from tilesparse.backends.triton.op import interpreting, sparse_attention, tile_config
+from tilesparse.backends.triton.op import TileConfig, forward_tile, interpreting, sparse_attention, tile_config
 from tilesparse.ir import tile_stats
 
 from .flex import FlexMask, flex_wanted, run_flex
@@ -132,21 +133,27 @@ def run_sdpa(D: int, T: int, s: Settings, *, modes: Sequence[str], cudnn: bool =
     return out
 
 
-def visited(attn, q: Tensor, k: Tensor, v: Tensor, dec: ts.Decisions, block_n: int, *, exact: bool) -> dict:
-    """Tile counts of the prepared groups, as fractions of the dense causal tiles."""
+def visited(attn, q: Tensor, k: Tensor, v: Tensor, dec: ts.Decisions, cfg: TileConfig, *, exact: bool) -> dict:
+    """Tile counts of the prepared groups, each in its forward key tiles (``forward_tile``),
+    as fractions of the dense causal area (tiles weighted by their width)."""
     with torch.no_grad():
         prep = attn.prepare(q, k, v, decisions=dec)
-        stats = [tile_stats(g, block_n=block_n, exact=exact) for g in prep.groups]
-    dense = sum(st["dense_tiles"] for st in stats)
+        widths = [forward_tile(g.group, cfg) for g in prep.groups]
+        stats = [tile_stats(g, block_n=n, exact=exact) for g, n in zip(prep.groups, widths, strict=True)]
+
+    def area(key: str) -> int:
+        return sum(st[key] * n for st, n in zip(stats, widths, strict=True))
+
+    dense = max(area("dense_tiles"), 1)
     out = {
         "visited_tiles": sum(st["visited"] for st in stats),
-        "dense_tiles": dense,
-        "visited_fraction": sum(st["visited"] for st in stats) / max(dense, 1),
+        "dense_tiles": sum(st["dense_tiles"] for st in stats),
+        "visited_fraction": area("visited") / dense,
         "block_q": prep.groups[0].block_q if prep.groups else None,
-        "block_n": block_n,
+        "block_n": sorted(set(widths)),
     }
     if exact:
-        out["ideal_fraction"] = sum(st["ideal"] for st in stats) / max(dense, 1)
+        out["ideal_fraction"] = area("ideal") / dense
         out["missed"] = sum(st["missed"] for st in stats)
     return out
 
@@ -214,9 +221,9 @@ def run_pattern(
     if backend == "triton":
         kernels_alone(attn, q, k, v, grad, dec, common, per_mode, s)
 
-    block_n = tile_config(D, DTYPE, s.device).fwd_n
+    cfg = tile_config(D, DTYPE, s.device)
     try:
-        common.info.update(visited(attn, q, k, v, dec, block_n, exact=False))
+        common.info.update(visited(attn, q, k, v, dec, cfg, exact=False))
     except Exception as e:  # noqa: BLE001
         record_failure(common, "visited", e, s)
 
@@ -241,7 +248,7 @@ def run_pattern(
         try:
             q1, k1, v1, _ = random_inputs(1, 1, T, D, s, f"ideal/{name}/{D}/{T}")
             q1, k1, v1 = q1.detach(), k1.detach(), v1.detach()
-            st = visited(attn, q1, k1, v1, attn.decide(q1, k1), block_n, exact=True)
+            st = visited(attn, q1, k1, v1, attn.decide(q1, k1), cfg, exact=True)
             common.info["ideal_fraction"] = st["ideal_fraction"]
             common.info["ideal_slice_visited_fraction"] = st["visited_fraction"]
             common.info["ideal_missed_tiles"] = st["missed"]

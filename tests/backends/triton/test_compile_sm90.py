@@ -69,7 +69,11 @@ from tilesparse.backends.triton.versions import installed_triton, nearest_measur
 # D=256 by 33 (of 11,401) when the forward and dQ kernels' query-block prologue became one
 # helper (kernels._query_block; every other variant compiled to the same registers, stack and
 # spills; not a timed path). Among the sanitizing variants, the fp16 forward and the fp32 dK/dV
-# at D=64 spill a little where 3.6's do not.
+# at D=64 spill a little where 3.6's do not. When the 16-bit D=128 forward began taking 32-wide
+# key tiles in groups with a bucket predicate (TileConfig.bucket_fwd_n, 2026-12-01: 8-19% faster
+# there, sweep_kernels_h200.json round 4), 3.7.1's rows for that forward were measured again: 51 in-loop
+# spills became none, 292 in its sanitizing variant 31; with 3.6 (64 -> none, 307 -> 27) and
+# 3.9.0 (36 -> none, 314 -> 24) likewise, and 3.8.0 compiles it without one (sanitizing: 17-30).
 SPILL_TABLES = Path(__file__).with_name("loop_spills_sm90.json")
 
 

@@ -96,6 +96,32 @@ def test_one_masked_loop_per_segment(single_loop):
             assert_equivalent(ts.compile(spec, backend="triton"), q, k, v)
 
 
+def test_bucket_groups_take_their_own_forward_tile(monkeypatch):
+    """``bucket_fwd_n`` sets the forward's key tile width in groups with a bucket predicate and
+    only there (ranges are in rows, so any width is exact): the launches show each width, and
+    the results match the reference, GQA included."""
+    from tilesparse.backends.triton import kernels
+    from tilesparse.backends.triton.launch import LeanKernel
+
+    widths: list[int] = []
+    normal = LeanKernel._normal
+
+    def record(self, grid, args, constants):
+        if self.fn is kernels._attn_fwd and not constants.get("SANITIZE", False):
+            widths.append(constants["BLOCK_N"])
+        return normal(self, grid, args, constants)
+
+    monkeypatch.setattr(LeanKernel, "_normal", record)
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn((1, 4, 110, 16), generator=g)
+    k, v = (torch.randn((1, 2, 110, 16), generator=g) for _ in range(2))
+    with override_config(fwd_n=32, bucket_fwd_n=16):
+        for spec, width in ((ts.Hash(buckets=3), 16), (ts.QKDrop(keep=0.6), 32)):
+            widths.clear()
+            assert_equivalent(ts.compile(spec, backend="triton"), q, k, v)
+            assert widths and set(widths) == {width}, (spec, widths)
+
+
 def test_noncontiguous_inputs():
     base = torch.randn((2, 100, 4, 32))  # (B, T, H, D): the layout many models keep
     q = base.transpose(1, 2)

@@ -25,6 +25,7 @@ from .nonfinite import launch_pair, new_flag
 __all__ = [
     "TileConfig",
     "compiled_kernel_count",
+    "forward_tile",
     "interpreting",
     "launch_fwd",
     "override_config",
@@ -65,6 +66,11 @@ class TileConfig:
     dq_stages: int = 3
     single_loop: int = 0  # 0: masked / unmasked / masked loops per segment; 1: one masked loop
     # per segment in groups with a bucket predicate (short segments); 2: one loop everywhere
+    bucket_fwd_n: int = 0  # the forward's key tile width in groups with a bucket predicate (0: fwd_n)
+
+    def forward_tile(self, same_bucket: bool) -> int:
+        """The forward kernel's key tile width for a group with (or without) a bucket predicate."""
+        return self.bucket_fwd_n if same_bucket and self.bucket_fwd_n else self.fwd_n
 
 
 _OVERRIDE: dict[str, int] = {}
@@ -87,14 +93,19 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
             cfg = TileConfig(32, 32, 32, 16, 16, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2, dq_warps=4, dq_stages=2)
     elif head_dim <= 64:
         # 4 warps beat 8 on the H200 for both passes, 64-key dK/dV blocks beat 128, and 64-key
-        # dQ tiles beat 32 (benchmarks/results/probe_sweep_h200.json, sweep_kernels_h200.json)
+        # dQ tiles beat 32 (benchmarks/results/probe_sweep_h200.json, sweep_kernels_h200.json);
+        # 128-wide forward tiles outside bucket groups were 2-6% faster with Triton 3.6 (round 5)
+        # but compile with 100 in-loop spills on Triton 3.9, where nothing timed them: not taken
         cfg = TileConfig(128, 64, 64, 64, 32, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1)
     elif head_dim <= 128:
         # 4 warps everywhere, 64-wide forward tiles and 64x64 dK/dV tiles: forward+backward
         # kernels 2x faster than 8 warps with 32-wide tiles (sweep_kernels_h200.json)
         # one masked loop per segment where buckets cut the ranges short: Hash(64) 10% faster,
-        # Hash(16) within 1% (sweep_kernels_h200.json, single_loop rows)
-        cfg = TileConfig(128, 64, 64, 32, 64, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1)
+        # Hash(16) within 1% (sweep_kernels_h200.json, single_loop rows); there 32-wide forward
+        # tiles, which compile without the 64-wide ones' in-loop spills: the Hash(16) / Hash(64)
+        # forward 9% / 16% faster at T=32k, QKDrop's 23% slower (sweep_kernels_h200.json, round 4)
+        cfg = TileConfig(128, 64, 64, 32, 64, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1,
+                         bucket_fwd_n=32)
     else:
         # 4 warps and 32x32 backward tiles: 2.8x faster than 8 warps with 16-wide tiles
         cfg = TileConfig(64, 32, 32, 32, 32, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2, dq_warps=4, dq_stages=2,
@@ -139,6 +150,11 @@ def _flags(g: PreparedGroup, cfg: TileConfig) -> dict:
     return flags
 
 
+def forward_tile(group: HeadGroup, cfg: TileConfig) -> int:
+    """The forward kernel's key tile width for ``group`` under ``cfg``."""
+    return cfg.forward_tile(group.has(SameBucket))
+
+
 def _block_d(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
@@ -175,7 +191,7 @@ def launch_fwd(
         g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
         Hg, T, Tk, n_blocks, scale * LOG2E, H // k.shape[1], H // v.shape[1],
-        HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_M=cfg.block_q, BLOCK_N=cfg.fwd_n, MAX_SEG=g.q_ranges.shape[3],
+        HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_M=cfg.block_q, BLOCK_N=forward_tile(g.group, cfg), MAX_SEG=g.q_ranges.shape[3],
         PRECISION=_precision(q.dtype), num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages,
         **_flags(g, cfg),
     )  # fmt: skip

@@ -65,7 +65,7 @@ class Variant:
         c["SINGLE_LOOP"] = self.cfg.single_loop == 2 or (self.cfg.single_loop == 1 and c["SAME_BUCKET"])
         c["SANITIZE"] = self.sanitize
         if self.kernel == "fwd":
-            c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.fwd_n)
+            c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.forward_tile(c["SAME_BUCKET"]))
         elif self.kernel == "dq":
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.dq_n)
         else:

@@ -31,7 +31,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 import tilesparse as ts
-from tilesparse.backends.triton.op import forward_tile, tile_config
+from tilesparse.backends.triton.op import tile_config
+from tilesparse.bench.attention import forward_tiles, tile_area
 from tilesparse.bench.grid import PATTERNS as GRID_PATTERNS
 from tilesparse.ir import tile_stats
 
@@ -197,13 +198,10 @@ def main() -> int:
                 row["kernels"] = kn = kernel_ms(step)
                 cfg = tile_config(D, torch.bfloat16, DEV)
                 groups = attn.prepare(q, k, v, decisions=dec).groups
-                # each group's forward key tiles (a bucket predicate may take another width), as elements
-                widths = [forward_tile(g.group, cfg) for g in groups]
-                st_f = [tile_stats(g, block_n=n, exact=False) for g, n in zip(groups, widths, strict=True)]
+                tiles = forward_tiles(groups, cfg)  # each group in its own forward key tiles
                 st_q = [tile_stats(g, block_n=cfg.dq_n, exact=False) for g in groups]
-                fwd_el = cfg.block_q * sum(s["visited"] * n for s, n in zip(st_f, widths, strict=True))
-                dense_el = cfg.block_q * sum(s["dense_tiles"] * n for s, n in zip(st_f, widths, strict=True))
-                row["visited_fraction"] = vis = fwd_el / max(1, dense_el)
+                fwd_el = cfg.block_q * tile_area(tiles, "visited")
+                row["visited_fraction"] = vis = fwd_el / max(1, cfg.block_q * tile_area(tiles, "dense_tiles"))
                 if "_attn_fwd" in kn:
                     bwd_el = sum(s["visited"] for s in st_q) * cfg.block_q * cfg.dq_n
                     row["fwd_tflops"] = 4 * D * fwd_el / kn["_attn_fwd"] / 1e9

@@ -22,8 +22,8 @@ import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tilesparse as ts
-from tilesparse.backends.triton.op import forward_tile, override_config, sparse_attention, tile_config
-from tilesparse.ir import tile_stats
+from tilesparse.backends.triton.op import override_config, sparse_attention, tile_config
+from tilesparse.bench.attention import forward_tiles, tile_area
 
 B, H = 2, 12
 DEV = torch.device("cuda")
@@ -79,9 +79,9 @@ def ours(spec, T, D, backend="triton"):
         kern = lambda: sparse_attention(q, k, v, g, D**-0.5, cfg)  # noqa: E731
         row["kernel_fwd"] = bench(kern)
         row["kernel_fwd_bwd"] = bench(fwd_bwd(kern, q, k, v, go))
-    st = [tile_stats(g, block_n=forward_tile(g.group, cfg), exact=False) for g in prep.groups]
-    row["visited_fraction"] = sum(s["visited"] for s in st) / max(1, sum(s["dense_tiles"] for s in st))
-    row["unmasked_fraction"] = sum(s["unmasked"] for s in st) / max(1, sum(s["visited"] for s in st))
+    tiles = forward_tiles(prep.groups, cfg)
+    row["visited_fraction"] = tile_area(tiles, "visited") / max(1, tile_area(tiles, "dense_tiles"))
+    row["unmasked_fraction"] = tile_area(tiles, "unmasked") / max(1, tile_area(tiles, "visited"))
     # correctness on this very input, against the reference on one (b, h) slice
     with torch.no_grad():
         o = f()

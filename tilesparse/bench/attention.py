@@ -133,28 +133,39 @@ def run_sdpa(D: int, T: int, s: Settings, *, modes: Sequence[str], cudnn: bool =
     return out
 
 
+def forward_tiles(groups, cfg: TileConfig, *, exact: bool = False) -> list[tuple[dict, int]]:
+    """Each prepared group's ``tile_stats`` in its own forward key tiles (``forward_tile``: a
+    bucket predicate may make them narrower), with that width."""
+    tiles = []
+    for g in groups:
+        n = forward_tile(g.group, cfg)
+        tiles.append((tile_stats(g, block_n=n, exact=exact), n))
+    return tiles
+
+
+def tile_area(tiles: list[tuple[dict, int]], key: str) -> int:
+    """``key``'s tiles of :func:`forward_tiles`' groups, each counted by its width (key columns
+    per query row): comparable across groups of different widths."""
+    return sum(st[key] * n for st, n in tiles)
+
+
 def visited(attn, q: Tensor, k: Tensor, v: Tensor, dec: ts.Decisions, cfg: TileConfig, *, exact: bool) -> dict:
-    """Tile counts of the prepared groups, each in its forward key tiles (``forward_tile``),
-    as fractions of the dense causal area (tiles weighted by their width)."""
+    """Tile counts of the prepared groups, each in its forward key tiles (:func:`forward_tiles`),
+    as fractions of the dense causal area."""
     with torch.no_grad():
         prep = attn.prepare(q, k, v, decisions=dec)
-        widths = [forward_tile(g.group, cfg) for g in prep.groups]
-        stats = [tile_stats(g, block_n=n, exact=exact) for g, n in zip(prep.groups, widths, strict=True)]
-
-    def area(key: str) -> int:
-        return sum(st[key] * n for st, n in zip(stats, widths, strict=True))
-
-    dense = max(area("dense_tiles"), 1)
+        tiles = forward_tiles(prep.groups, cfg, exact=exact)
+    dense = max(tile_area(tiles, "dense_tiles"), 1)
     out = {
-        "visited_tiles": sum(st["visited"] for st in stats),
-        "dense_tiles": sum(st["dense_tiles"] for st in stats),
-        "visited_fraction": area("visited") / dense,
+        "visited_tiles": sum(st["visited"] for st, _ in tiles),
+        "dense_tiles": sum(st["dense_tiles"] for st, _ in tiles),
+        "visited_fraction": tile_area(tiles, "visited") / dense,
         "block_q": prep.groups[0].block_q if prep.groups else None,
-        "block_n": sorted(set(widths)),
+        "block_n": sorted({n for _, n in tiles}),
     }
     if exact:
-        out["ideal_fraction"] = area("ideal") / dense
-        out["missed"] = sum(st["missed"] for st in stats)
+        out["ideal_fraction"] = tile_area(tiles, "ideal") / dense
+        out["missed"] = sum(st["missed"] for st, _ in tiles)
     return out
 
 

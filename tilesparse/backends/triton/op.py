@@ -186,14 +186,15 @@ def launch_fwd(
     Tk = k.shape[2]
     Hg = len(g.heads)
     n_blocks = g.q_ranges.shape[2]
+    flags = _flags(g, cfg)
     launch_pair(
         kernels._attn_fwd, (n_blocks, B * Hg), q, k, v, o, lse,
         g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
         Hg, T, Tk, n_blocks, scale * LOG2E, H // k.shape[1], H // v.shape[1],
-        HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_M=cfg.block_q, BLOCK_N=forward_tile(g.group, cfg), MAX_SEG=g.q_ranges.shape[3],
-        PRECISION=_precision(q.dtype), num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages,
-        **_flags(g, cfg),
+        HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_M=cfg.block_q, BLOCK_N=cfg.forward_tile(flags["SAME_BUCKET"]),
+        MAX_SEG=g.q_ranges.shape[3], PRECISION=_precision(q.dtype), num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages,
+        **flags,
     )  # fmt: skip
 
 

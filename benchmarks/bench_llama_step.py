@@ -33,6 +33,10 @@ ours alike: the rest of the model gets faster too, so attention is a larger shar
     python benchmarks/bench_llama_step.py --compile reduce-overhead --skip-packed --out benchmarks/results/llama_step_ro_h200.json
     python benchmarks/bench_llama_step.py --smoke --compile default --compile-backend aot_eager --out /tmp/s.json  # CPU
 
+``--cuda-graphs`` registers the tilesparse rows with ``cuda_graphs=True`` (eager model, each
+layer's op replaying its calls from CUDA graphs; the row counts captures, replays and calls
+that ran eagerly).
+
 Needs transformers (the ``transformers`` extra) and, on a GPU, Triton.
 """
 
@@ -99,7 +103,7 @@ def model_row(args, name: str, device: torch.device) -> dict:
     if name == SDPA_KEYPAD:
         register_sdpa_keypad(impl)
     elif name != "sdpa":
-        register(impl, SPECS[name], backend=args.backend)
+        ops = register(impl, SPECS[name], backend=args.backend, cuda_graphs=args.cuda_graphs).ops
     model = build_model(args, impl, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, args.vocab, (1, args.t), device=device, generator=torch.Generator(device).manual_seed(1))
@@ -122,6 +126,10 @@ def model_row(args, name: str, device: torch.device) -> dict:
         opt.zero_grad(set_to_none=True)  # under CUDA graphs a kept .grad would be a graph output buffer
 
     row = {"impl": name, "compile": args.compile, **time_steps(step, device, args.warmup, args.steps)}
+    if args.cuda_graphs and name not in ("sdpa", SDPA_KEYPAD):
+        stats = [op.graph_stats for op in ops.values()]
+        row["cuda_graphs"] = {"captures": sum(s.captures for s in stats), "replays": sum(s.replays for s in stats),
+                              "eager_calls": sum(sum(s.eager.values()) for s in stats)}  # fmt: skip
     del model, opt
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -157,7 +165,7 @@ def op_ms(args, name: str, device: torch.device, T: int, documents=None, spec=No
         def call():
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     else:
-        attn = ts.compile(spec or SPECS[name], causal=True, backend=args.backend)
+        attn = ts.compile(spec or SPECS[name], causal=True, backend=args.backend, cuda_graphs=args.cuda_graphs)
 
         def call():
             return attn(q, k, v, document_ids=documents)
@@ -205,6 +213,8 @@ def main(argv=None) -> int:
                    help="run each model's forward and loss through torch.compile in this mode, SDPA's as ours "
                         "(the op-alone attention_ms stays eager)")  # fmt: skip
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager for a CPU smoke run)")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="register the tilesparse rows with cuda_graphs=True (each layer's op replays its calls)")
     p.add_argument("--skip-packed", action="store_true", help="leave out the packed-documents row")
     add_run_options(p, smoke_help="CPU, tiny: checks the script runs, measures nothing")
     args = p.parse_args(argv)

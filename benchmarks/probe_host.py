@@ -21,7 +21,11 @@ microseconds. Stages, in the order a call runs them:
 - ``graphed_fwd_*`` / ``graphed_fwd_bwd_*`` (GPU, ``--graphed``): the call replayed from CUDA
   graphs made by ``torch.cuda.make_graphed_callables`` (forward and backward captured once,
   decisions given; a call copies new q, k, v in and replays), and ``graphed_max_err``, its
-  difference from the eager call.
+  difference from the eager call;
+- ``replay_fwd_*`` / ``replay_fwd_bwd_*`` / ``replay_fwd_decide_*`` (GPU, ``--replay``): the same
+  calls on an op compiled with ``cuda_graphs=True`` (``tilesparse.graphs``: the op captures
+  each call signature once and replays it), and ``replay_max_err``, its difference from the
+  eager call (decisions given).
 
 SDPA's forward and forward+backward are measured for scale (eager and graphed). Shapes: B=1, H=16, D=64, T=4096
 and B=1, H=32, Hkv=8, D=128, T=4096 (bf16, causal); ``--shapes`` takes others as BxHxHkvxDxT.
@@ -222,6 +226,27 @@ def probe_pattern(name, spec, shape, args, device, counter) -> dict:
             rows.update(probe_graphed(lambda q_, k_, v_: attn(q_, k_, v_, decisions=given), q, k, v, go, device, calls))
         except Exception as e:  # noqa: BLE001 - recorded in the JSON, the other rows still count
             rows["graphed_error"] = f"{type(e).__name__}: {e}"[:500]
+    if args.replay and device.type == "cuda":
+        try:
+            rows.update(probe_replay(spec, q, k, v, go, dec, fwd, device, calls))
+        except Exception as e:  # noqa: BLE001 - recorded in the JSON, the other rows still count
+            rows["replay_error"] = f"{type(e).__name__}: {e}"[:500]
+    return rows
+
+
+def probe_replay(spec, q, k, v, go, dec, eager_fwd, device, calls) -> dict:
+    """The calls of :func:`probe_pattern` on an op compiled with ``cuda_graphs=True``."""
+    op = ts.compile(spec, causal=True, backend="triton", cuda_graphs=True)
+    fwd = lambda: op(q, k, v, decisions=dec)  # noqa: E731
+    fwd_bwd = lambda: torch.autograd.grad(op(q, k, v, decisions=dec), (q, k, v), go)  # noqa: E731
+    fwd_decide = lambda: op(q, k, v)  # noqa: E731
+    want = (eager_fwd(), *torch.autograd.grad(eager_fwd(), (q, k, v), go))
+    got = (fwd().detach(), *fwd_bwd())
+    rows = {"replay_max_err": max((a.float() - b.float()).abs().max().item() for a, b in zip(got, want, strict=True))}
+    for label, fn in (("replay_fwd", fwd), ("replay_fwd_bwd", fwd_bwd), ("replay_fwd_decide", fwd_decide)):
+        rows.update(host_and_sync(label, fn, calls, device))
+    stats = op.graph_stats
+    rows["replay_captures"], rows["replay_eager_calls"] = stats.captures, sum(stats.eager.values())
     return rows
 
 
@@ -280,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stat", default="mean", choices=("mean", "median"))
     ap.add_argument("--graphed", action=argparse.BooleanOptionalAction, default=True,
                     help="also time the call replayed from CUDA graphs (torch.cuda.make_graphed_callables; GPU only)")
+    ap.add_argument("--replay", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time the calls of an op compiled with cuda_graphs=True (GPU only)")
     ap.add_argument("--stub-kernels", action=argparse.BooleanOptionalAction, default=None,
                     help="launch no kernel, count launches (TRITON_INTERPRET=1 only; default on with --device cpu)")
     args = ap.parse_args(argv)

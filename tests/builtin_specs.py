@@ -19,3 +19,10 @@ def one_of_each_kind(*, keep: float, buckets: int, k: int, hybrid_buckets: int |
         "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=hybrid_buckets or buckets), ts.QKDrop(keep=hybrid_keep)]),
         "perhead": ts.PerHead(dense_heads=[dense_head], rest=ts.Hash(buckets=perhead_buckets or buckets)),
     }
+
+
+def given_decisions(op: ts.CompiledAttention, q, k) -> ts.Decisions | None:
+    """Fresh decisions of ``op``'s criteria as given ones (clones: untrusted, so every call
+    checks their ids); None for a pattern without decisions."""
+    fields = {n: t.clone() for n, t in op.decide(q, k).items() if t is not None}
+    return ts.Decisions(**fields) if fields else None

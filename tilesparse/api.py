@@ -11,7 +11,7 @@ traces a call (``torch.compile``), the call becomes the custom ops of ``tilespar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -22,6 +22,7 @@ from .backends import REGISTRY as BACKENDS
 from .backends.reference import feature_mask, masked_attention
 from .decide import DeferredHash, lsh_part, make_decisions
 from .execute import Decide, execute, with_dense_heads
+from .graphs import GraphedCalls, GraphStats
 from .inference import KVCache, attend_cached
 from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, check_scale, check_tensor_args, dense_mask, lower, tile_stats
 from .patterns import Decisions, SpecBase, check_decisions, decision_errors, parse_spec
@@ -62,6 +63,7 @@ def compile(  # noqa: A001 - the library's verb, as in torch.compile
     validate: bool = True,
     seed: int | None = None,
     resample: bool = True,
+    cuda_graphs: bool = False,
 ) -> CompiledAttention:
     """Compile a pattern spec into an exact attention op.
 
@@ -75,9 +77,14 @@ def compile(  # noqa: A001 - the library's verb, as in torch.compile
     (:mod:`tilesparse.patterns.decision_errors`); ``validate=False`` checks them there with a
     device-side assertion instead (which ends the CUDA context). ``seed``/``resample``: the op's own
     randomness (:mod:`tilesparse.randomness`; default: torch's global generator, fresh draws
-    per call).
+    per call). ``cuda_graphs``: replay plain calls on CUDA from graphs captured per call
+    signature (:mod:`tilesparse.graphs`: host time of a replay instead of the eager call's,
+    for a slot's memory per call outstanding at once).
     """
+    if not isinstance(cuda_graphs, bool):
+        raise TypeError(f"cuda_graphs must be a bool, got {cuda_graphs!r}")
     attn = CompiledAttention(parse_spec(spec), causal=causal, scale=scale, backend=backend, validate=validate)
+    attn.cuda_graphs = cuda_graphs
     check_seed(seed, resample)
     attn.seed, attn.resample = seed, resample
     return attn
@@ -110,6 +117,36 @@ class CompiledAttention:
         self.stats = PlanStats()
         self._last: tuple[PreparedGroup, ...] = ()  # the last call's index tensors, for explain()
         self._key = library.register(self)
+        self.cuda_graphs = False  # compile(cuda_graphs=True): plain calls replayed (tilesparse.graphs)
+
+    @property
+    def graph_stats(self) -> GraphStats | None:
+        """With ``cuda_graphs=True``: captures, replays and the calls that ran eagerly, by reason."""
+        return self._graphed().stats if self.cuda_graphs else None
+
+    def _graphed(self) -> GraphedCalls:
+        """The op's replay path (made on first use; process-local, not pickled)."""
+        graphs = self.__dict__.get("_graphs")
+        if graphs is None:
+            graphs = self._graphs = GraphedCalls(
+                lambda q, k, v, dec: self._eager(q, k, v, dec, None, keep_last=False),
+                generator=lambda device: op_generator(self, device),
+            )
+        return graphs
+
+    def _replay_refusal(self, q: Tensor, decisions: Decisions | None, generator) -> str | None:
+        """Why a plain call cannot be replayed from a graph (None: it can)."""
+        if self._graphed().recorder is None and q.device.type != "cuda":
+            return f"inputs on {q.device.type}, not CUDA"
+        if q.device.type == "cuda" and torch._C._cuda_isCurrentStreamCapturing():
+            return "inside another CUDA graph capture"
+        if decisions is not None and not isinstance(decisions, Decisions):
+            return "decisions not a tilesparse.Decisions"
+        if decisions is None and generator is not None:
+            return "generator= given while the op decides"
+        if decisions is None and self.seed is not None and not self.resample:
+            return "seed with resample=False (a fresh generator every call)"
+        return None
 
     def __getstate__(self) -> dict:
         """Pickle, deepcopy and torch.save carry the spec and options, not the process-local
@@ -117,7 +154,7 @@ class CompiledAttention:
         padded variants, the op's generators (a copy reseeds from ``seed``) and its device-side
         error records."""
         state = dict(self.__dict__)
-        for name in ("_plans", "_last", "_key", "_variants", "_generators", "_errors"):
+        for name in ("_plans", "_last", "_key", "_variants", "_generators", "_errors", "_graphs"):
             state.pop(name, None)
         return state
 
@@ -292,7 +329,10 @@ class CompiledAttention:
         check_tensor_args(q, k, v)
         _check_generator(generator)
         call = parse_sdpa_call(q, k, causal=self.causal, **sdpa)
+        if call.scale is not None and call.scale == (self.scale or q.shape[-1] ** -0.5):
+            call = replace(call, scale=None)  # the op's own scale given again (as transformers does): a plain call
         if cache is not None:
+            self._count_eager("cache=")
             if not call.plain:
                 raise ValueError(
                     "cache= takes no scale, return_lse, attn_mask, key_padding_mask or document_ids: a cached "
@@ -310,8 +350,19 @@ class CompiledAttention:
             return self._traced(q, k, v, decisions, call)
         with library.no_autocast(q.device):
             if not call.plain:
+                self._count_eager("SDPA keywords")
                 return run_sdpa_call(self, q, k, v, call, decisions, generator)
+            if self.cuda_graphs:
+                reason = self._replay_refusal(q, decisions, generator)
+                if reason is None:
+                    self._poll_errors(q.device)
+                    return self._graphed().run(q, k, v, decisions)
+                self._count_eager(reason)
             return self._eager(q, k, v, decisions, generator)
+
+    def _count_eager(self, reason: str) -> None:
+        if self.cuda_graphs and not torch.compiler.is_compiling():
+            self._graphed().stats.eager[reason] += 1
 
     def _eager(
         self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, generator, *, keep_last: bool = True

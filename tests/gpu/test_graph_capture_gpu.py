@@ -32,7 +32,7 @@ import torch
 import tilesparse as ts
 from tilesparse.testing import AttentionBlock
 
-from builtin_specs import one_of_each_kind
+from builtin_specs import given_decisions, one_of_each_kind
 
 DEVICE = torch.device("cuda")
 B, H, T, D = 1, 4, 2048, 64
@@ -55,13 +55,6 @@ def _qkv(seed: int, dtype=torch.bfloat16):
     return tuple(torch.randn((B, H, T, D), generator=g, device=DEVICE, dtype=dtype) for _ in range(3))
 
 
-def _given(attn, q, k) -> ts.Decisions | None:
-    """Fresh decisions as given ones (clones: untrusted, so every call checks their ids);
-    None for a pattern without decisions."""
-    fields = {n: t.clone() for n, t in attn.decide(q, k).items() if t is not None}
-    return ts.Decisions(**fields) if fields else None
-
-
 def _eager(attn, q, k, v, dec, grad):
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     out = attn(*leaves, decisions=dec)
@@ -76,9 +69,9 @@ def test_a_warmed_up_call_does_not_sync(name, given):
     q, k, v = (t.requires_grad_() for t in _qkv(0))
     grad = torch.randn_like(q)
     for _ in range(2):  # plans, compiles kernels, caches head indices and the error record
-        dec = _given(attn, q, k) if given else None
+        dec = given_decisions(attn, q, k) if given else None
         attn(q, k, v, decisions=dec).backward(grad)
-    dec = _given(attn, q, k) if given else None
+    dec = given_decisions(attn, q, k) if given else None
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -97,7 +90,7 @@ def test_packed_documents_with_max_documents_do_not_sync(name):
     pad = torch.ones(B, T, dtype=torch.bool, device=DEVICE)
     pad[:, :17] = False
     kw = dict(key_padding_mask=pad, document_ids=docs, max_documents=4)
-    dec = _given(attn, q, k)
+    dec = given_decisions(attn, q, k)
     want = attn.reference(q, k, v, decisions=dec, key_padding_mask=pad, document_ids=docs)
     for _ in range(2):
         out = attn(q, k, v, decisions=dec, **kw)
@@ -119,7 +112,7 @@ class _Captured:
     def __init__(self, attn, seed: int = 0):
         q, k, v = _qkv(seed)
         self.q, self.k, self.v = (t.clone().requires_grad_() for t in (q, k, v))
-        self.dec = _given(attn, q, k)
+        self.dec = given_decisions(attn, q, k)
         self.grad = torch.randn_like(q)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -158,7 +151,7 @@ def test_a_captured_call_replays_the_eager_one_with_new_inputs_and_decisions(nam
     captured = _Captured(attn)
     for seed in (1, 2):
         q, k, v = _qkv(seed)
-        dec = _given(attn, q, k)
+        dec = given_decisions(attn, q, k)
         grad = torch.randn_like(q)
         want, want_grads = _eager(attn, q, k, v, dec, grad)
         got, got_grads = captured.replay(q, k, v, dec, grad)
@@ -174,11 +167,11 @@ def test_make_graphed_callables_replays_the_eager_call(name):
     with given decisions (copied into between steps), new q, k, v at every call."""
     attn = ts.compile(SPECS[name])
     q, k, v = (t.requires_grad_() for t in _qkv(0))
-    dec = _given(attn, q, k)
+    dec = given_decisions(attn, q, k)
     graphed = torch.cuda.make_graphed_callables(lambda q_, k_, v_: attn(q_, k_, v_, decisions=dec), (q, k, v))
     for seed in (1, 2):
         q, k, v = _qkv(seed)
-        new = _given(attn, q, k)
+        new = given_decisions(attn, q, k)
         if dec is not None:
             for field, t in new.items():
                 if t is not None:
@@ -216,7 +209,7 @@ def test_a_bad_bucket_id_in_a_replayed_graph_raises_from_check_errors():
     attn = ts.compile(ts.Hash(buckets=8))
     captured = _Captured(attn)
     q, k, v = _qkv(3)
-    dec = _given(attn, q, k)
+    dec = given_decisions(attn, q, k)
     dec.q_bucket[0, 2, 100] = 8
     out, grads = captured.replay(q, k, v, dec, torch.randn_like(q))
     assert out.isnan().all() and all(g.isnan().any() for g in grads)

@@ -65,9 +65,12 @@ def register(
     backend: str = "auto",
     seed: int = 0,
     resample: bool | Literal["train"] = "train",
+    cuda_graphs: bool = False,
 ) -> Callable:
     """Register ``spec`` under ``name`` with ``transformers.AttentionInterface`` (and SDPA's
-    mask builder with ``AttentionMaskInterface``); returns the attention function."""
+    mask builder with ``AttentionMaskInterface``); returns the attention function.
+    ``cuda_graphs``: each layer's op replays its calls without padding from CUDA graphs
+    (:mod:`tilesparse.graphs`)."""
     try:
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface
@@ -93,7 +96,9 @@ def register(
             if layers is not None:
                 s = layers(layer) if callable(layers) else layers.get(layer, base)
             s = Dense() if s is None else parse_spec(s)
-            op = ops[(layer, causal)] = api.compile(s, causal=causal, backend=backend, seed=seed + layer)
+            op = ops[(layer, causal)] = api.compile(
+                s, causal=causal, backend=backend, seed=seed + layer, cuda_graphs=cuda_graphs
+            )
         return op
 
     def attention(

@@ -1,0 +1,5 @@
+#!/bin/bash
+# every GPU test but the two-GPU file, on the code with compile(cuda_graphs=True)
+source benchmarks/results/logs/device_prelude.sh; mkdir -p $R
+timeout 540 python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider tests/gpu --ignore=tests/gpu/test_sequence_parallel_gpu.py \
+  > $R/tests_gpu_all_run66.log 2>&1; echo "suite rc=$? t=$(( $(date +%s) - T0 ))"; tail -5 $R/tests_gpu_all_run66.log | cut -c1-400

@@ -1,0 +1,201 @@
+"""``compile(spec, cuda_graphs=True)``: the slot logic of ``tilesparse.graphs`` on the CPU.
+
+There is no GPU here, so the op records with :class:`~tilesparse.graphs.RerunRecorder`: a
+replay reruns the eager call on the slot's tensors and copies the results into the tensors
+the capture returned. That is what a CUDA graph does to a slot's buffers (fixed addresses,
+overwritten by every replay), so these tests catch a slot reused while a call still needs it,
+an output or a gradient handed out without a copy, and a signature that should capture anew.
+tests/gpu/test_graphs_gpu.py runs the same calls through real CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import gc
+import pickle
+
+import pytest
+import torch
+
+import tilesparse as ts
+from tilesparse.graphs import RerunRecorder
+
+from builtin_specs import one_of_each_kind
+
+SPECS = one_of_each_kind(keep=0.6, buckets=3, k=4, dense_head=1)
+B, H, HKV, T, D = 1, 4, 2, 40, 16
+
+
+def _graphed(spec, **kwargs):
+    op = ts.compile(spec, causal=True, cuda_graphs=True, **kwargs)
+    recorder = RerunRecorder()
+    op._graphed().recorder = lambda device: recorder
+    return op, recorder
+
+
+def _inputs(seed: int, t: int = T, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, t, D, generator=g, dtype=dtype).requires_grad_()
+    k, v = (torch.randn(B, HKV, t, D, generator=g, dtype=dtype).requires_grad_() for _ in range(2))
+    return q, k, v
+
+
+def _grads(out, inputs, seed: int):
+    go = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    return torch.autograd.grad(out, inputs, go)
+
+
+@pytest.mark.parametrize("kind", list(SPECS))
+def test_replayed_layers_match_the_eager_op(kind):
+    """Two steps of three layers, each step's forwards before its backwards (last layer first),
+    fresh inputs and decisions every call: outputs and gradients equal the eager op's, one slot
+    per layer, and what a step handed out stays as it was through the next step's replays."""
+    spec = SPECS[kind]
+    op, recorder = _graphed(spec)
+    eager = ts.compile(spec, causal=True)
+    kept = []  # (a copy made when handed out, the tensor handed out)
+    for step in range(2):
+        calls = []
+        for layer in range(3):
+            q, k, v = _inputs(10 * step + layer)
+            dec = eager.decide(q, k) if spec.decision_fields else None
+            out = op(q, k, v, decisions=dec)
+            want = eager(q, k, v, decisions=dec)
+            assert torch.equal(out, want), f"{kind} step {step} layer {layer}: forward"
+            calls.append(((q, k, v), out, want))
+        for layer, (inputs, out, want) in reversed(list(enumerate(calls))):
+            grads = _grads(out, inputs, layer)
+            for got, ref in zip(grads, _grads(want, inputs, layer), strict=True):
+                assert torch.equal(got, ref), f"{kind} step {step} layer {layer}: gradient"
+            kept += [(t.detach().clone(), t) for t in grads if t is not None]
+        kept += [(out.detach().clone(), out) for _, out, _ in calls]
+    for before, t in kept:
+        assert torch.equal(before, t), "a replay overwrote an output or a gradient already handed out"
+    assert op.graph_stats.captures == 3 == recorder.captures
+    assert op.graph_stats.replays == 6
+    assert not op.graph_stats.eager
+
+
+def test_calls_without_gradients_share_one_slot():
+    op, _ = _graphed(SPECS["qkdrop"])
+    eager = ts.compile(SPECS["qkdrop"], causal=True)
+    outs = []
+    with torch.no_grad():
+        for seed in range(4):
+            q, k, v = _inputs(seed)
+            dec = eager.decide(q, k)
+            outs.append((op(q, k, v, decisions=dec), eager(q, k, v, decisions=dec)))
+    assert all(torch.equal(got, want) for got, want in outs)
+    assert op.graph_stats.captures == 1
+
+
+def test_a_call_dropped_before_its_backward_frees_its_slot():
+    op, _ = _graphed(SPECS["hash"])
+    eager = ts.compile(SPECS["hash"], causal=True)
+    q, k, v = _inputs(0)
+    out = op(q, k, v, decisions=eager.decide(q, k))
+    del out
+    gc.collect()
+    q, k, v = _inputs(1)
+    dec = eager.decide(q, k)
+    out = op(q, k, v, decisions=dec)
+    assert op.graph_stats.captures == 1
+    want = eager(q, k, v, decisions=dec)
+    assert all(torch.equal(a, b) for a, b in zip(_grads(out, (q, k, v), 0), _grads(want, (q, k, v), 0), strict=True))
+
+
+def test_a_second_backward_is_refused():
+    op, _ = _graphed(SPECS["dense"])
+    q, k, v = _inputs(0)
+    out = op(q, k, v)
+    out.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="runs its backward once"):
+        out.sum().backward()
+
+
+def test_a_replayed_backward_is_first_order_only():
+    op, _ = _graphed(SPECS["dense"])
+    q, k, v = _inputs(0)
+    (dq, _, _) = torch.autograd.grad(op(q, k, v).sum(), (q, k, v), create_graph=True)
+    with pytest.raises(RuntimeError, match="first order"):
+        dq.sum().backward()
+
+
+def test_a_new_signature_captures_anew():
+    op, _ = _graphed(SPECS["dense"])
+    for t, dtype in ((T, torch.float32), (T, torch.float32), (T + 8, torch.float32), (T, torch.bfloat16)):
+        q, k, v = _inputs(0, t, dtype)
+        out = op(q, k, v)
+        torch.autograd.grad(out.sum(), (q, k, v))
+    assert op.graph_stats.captures == 3
+    q, k, v = _inputs(0)
+    op(q.detach(), k, v).sum().backward()  # q needs no gradient now: a signature of its own
+    assert op.graph_stats.captures == 4
+    q, k, v = _inputs(0)
+    with pytest.raises(TypeError, match="q has dtype torch.float64"):  # the capture's own call checks
+        op(q.double(), k, v)
+    assert op.graph_stats.captures == 4 and op._graphed().slot_count() == 4
+
+
+def test_the_compiled_scale_given_again_is_a_plain_call():
+    op, _ = _graphed(SPECS["dense"])
+    q, k, v = _inputs(0)
+    torch.testing.assert_close(op(q, k, v, scale=op.scale), ts.compile(SPECS["dense"], causal=True)(q, k, v))
+    assert op.graph_stats.replays == 1 and not op.graph_stats.eager
+
+
+def test_calls_that_run_eagerly_are_counted_by_reason():
+    op, _ = _graphed(SPECS["qkdrop"])
+    eager = ts.compile(SPECS["qkdrop"], causal=True)
+    q, k, v = _inputs(0)
+    dec = eager.decide(q, k)
+    pad = torch.ones(B, T, dtype=torch.bool)
+    pad[:, -3:] = False
+    got = op(q, k, v, decisions=dec, key_padding_mask=pad)
+    torch.testing.assert_close(got, eager(q, k, v, decisions=dec, key_padding_mask=pad), rtol=0, atol=0)
+    op(q, k, v, generator=torch.Generator().manual_seed(0))
+    assert op.graph_stats.eager == {"SDPA keywords": 1, "generator= given while the op decides": 1}
+    assert op.graph_stats.replays == 0
+    fixed, _ = _graphed(SPECS["qkdrop"], seed=3, resample=False)
+    fixed(q, k, v)
+    assert fixed.graph_stats.eager == {"seed with resample=False (a fresh generator every call)": 1}
+    cpu = ts.compile(SPECS["qkdrop"], causal=True, cuda_graphs=True)  # no recorder: CUDA graphs only
+    cpu(q, k, v, decisions=dec)
+    assert cpu.graph_stats.eager == {"inputs on cpu, not CUDA": 1}
+    assert ts.compile(SPECS["qkdrop"], causal=True).graph_stats is None
+
+
+def test_a_bad_id_in_a_replayed_call_is_an_error():
+    op, _ = _graphed(SPECS["hash"])
+    q, k, v = _inputs(0)
+    dec = op.decide(q, k)
+    op(q, k, v, decisions=dec)
+    bad = ts.Decisions(q_bucket=dec.q_bucket.clone().fill_(SPECS["hash"].buckets), k_bucket=dec.k_bucket)
+    with pytest.raises(ValueError, match="q_bucket"):
+        op(q, k, v, decisions=bad)
+
+
+def test_cuda_graphs_must_be_a_bool():
+    with pytest.raises(TypeError, match="cuda_graphs must be a bool"):
+        ts.compile(SPECS["dense"], cuda_graphs=1)
+
+
+def test_a_pickled_op_replays_afresh():
+    op, _ = _graphed(SPECS["dense"])
+    q, k, v = _inputs(0)
+    op(q, k, v)
+    copy = pickle.loads(pickle.dumps(op))
+    assert copy.cuda_graphs and copy.graph_stats.captures == 0
+    copy._graphed().recorder = lambda device: RerunRecorder()
+    torch.testing.assert_close(copy(q, k, v), op(q, k, v), rtol=0, atol=0)
+
+
+def test_inference_mode_is_a_signature_of_its_own():
+    """A slot made under ``torch.inference_mode`` holds inference tensors, which a call outside it
+    cannot copy into."""
+    op, _ = _graphed(SPECS["dense"])
+    q, k, v = (t.detach() for t in _inputs(0))
+    with torch.inference_mode():
+        first = op(q, k, v)
+    with torch.no_grad():
+        second = op(q, k, v)
+    assert torch.equal(first, second) and op.graph_stats.captures == 2

@@ -195,3 +195,28 @@ def test_refusals():
     padded = torch.ones(1, 1, 4, 4, dtype=torch.bool).tril()
     padded[..., 0] = False
     assert key_padding_from_mask(padded, causal=True, batch=1, q_len=4, k_len=4).tolist() == [[False, True, True, True]]
+
+
+def test_cuda_graphs_replays_the_layers_calls():
+    """``register(..., cuda_graphs=True)``: each layer's op replays its training calls (the model's
+    ``scaling`` is the op's own scale, so a call without padding is plain); here through the
+    CPU stand-in for a CUDA graph (tilesparse.graphs.RerunRecorder), installed after the first
+    call made the ops (which ran eagerly: the inputs are on the CPU)."""
+    from tilesparse.graphs import RerunRecorder
+
+    with pytest.raises(TypeError, match="cuda_graphs must be a bool"):
+        register("ts-graphs-bad", ts.Hash(buckets=2), cuda_graphs="yes")
+    attention = register("ts-graphs", ts.Hash(buckets=2), cuda_graphs=True)
+    ref, ours = _models("llama", "ts-graphs")
+    ids, _ = _batch()
+    ours.train()
+    ours(input_ids=ids)
+    assert {op.graph_stats.eager["inputs on cpu, not CUDA"] for op in attention.ops.values()} == {1}
+    for op in attention.ops.values():
+        op._graphed().recorder = lambda device: RerunRecorder()
+    for _ in range(2):
+        ours(input_ids=ids, labels=ids).loss.backward()
+    for op in attention.ops.values():
+        assert op.graph_stats.captures == 1 and op.graph_stats.replays == 2
+        assert sum(op.graph_stats.eager.values()) == 1
+    assert all(p.grad is not None and p.grad.isfinite().all() for p in ours.parameters() if p.requires_grad)

@@ -82,6 +82,8 @@ def register(
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     if resample not in (True, False, "train"):
         raise ValueError(f"resample must be True, False or 'train', got {resample!r}")
+    if not isinstance(cuda_graphs, bool):
+        raise TypeError(f"cuda_graphs must be a bool, got {cuda_graphs!r}")
     base = parse_spec(spec)
     if layers is not None and not (callable(layers) or isinstance(layers, Mapping)):
         raise TypeError(

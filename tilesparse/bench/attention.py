@@ -204,7 +204,7 @@ def run_pattern(
     common = Record()
     per_mode = {m: Record() for m in modes}
     backend = pat.backend or s.sparse_backend
-    attn = ts.compile(pat.spec, causal=True, backend=backend, validate=s.validate)
+    attn = ts.compile(pat.spec, causal=True, backend=backend, validate=s.validate, cuda_graphs=s.cuda_graphs)
     q, k, v, grad = random_inputs(s.batch, s.heads, T, D, s, f"{name}/{D}/{T}")
     inputs = (q, k, v)
     try:
@@ -333,6 +333,7 @@ def run(
     cpu_reps: int = 3,
     seed: int = 0,
     validate: bool = False,
+    cuda_graphs: bool = False,
     budget_s: float | None = None,
     ideal_max_t: int = 16384,
     device: str | torch.device | None = None,
@@ -369,7 +370,7 @@ def run(
     s = Settings(
         device=device, batch=batch or g.batch, heads=heads or g.heads, modes=modes, decide=decide, flex=flex,
         grid=grid, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps, cpu_reps=cpu_reps, seed=seed,
-        validate=validate, ideal_max_t=ideal_max_t, sparse_backend=sparse_backend,
+        validate=validate, ideal_max_t=ideal_max_t, sparse_backend=sparse_backend, cuda_graphs=cuda_graphs,
         flex_patterns=_csv(flex_patterns, str) or FLEX_DEFAULT_PATTERNS, flex_seqlens=_csv(flex_seqlens),
     )  # fmt: skip
     out = Path(out) if out is not None else None
@@ -403,6 +404,7 @@ def run(
         "sparse_backend": sparse_backend,
         "triton_interpret": interpreting(),
         "validate": validate,
+        "cuda_graphs": cuda_graphs,
         "tile_config": {
             D: dataclasses.asdict(tile_config(D, DTYPE, device))
             for D in sorted({*head_dims, *([LONG_D] if long_row else [])})

@@ -53,7 +53,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--min-reps", type=int, default=5, help="CUDA: timed calls at least (default: %(default)s)")
     parser.add_argument("--cpu-reps", type=int, default=3, help="timed calls on the CPU")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--validate", action="store_true", help="compile with validate=True (a device sync per call)")
+    parser.add_argument("--validate", action="store_true", help="compile with validate=True (given ids checked on the device)")
+    parser.add_argument("--cuda-graphs", action="store_true", help="compile ours with cuda_graphs=True (calls replayed)")
     parser.add_argument("--budget-s", type=float, default=520.0, help="start no new work after this (0: no limit)")
     parser.add_argument("--ideal-max-t", type=int, default=16384, help="largest T for the exact ideal fraction")
     parser.add_argument("--device", help="cuda, cuda:1 or cpu (default: cuda when available)")
@@ -70,6 +71,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         long_row=args.long, modes=args.modes, decide=args.decide, flex=args.flex, flex_patterns=args.flex_patterns,
         flex_seqlens=args.flex_t, out=out, png=args.png, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
         min_reps=args.min_reps, cpu_reps=args.cpu_reps, seed=args.seed, validate=args.validate, budget_s=args.budget_s or None,
+        cuda_graphs=args.cuda_graphs,
         ideal_max_t=args.ideal_max_t, device=args.device,
     )  # fmt: skip
     meta = results["meta"]

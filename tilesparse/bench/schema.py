@@ -73,6 +73,7 @@ class Settings:
     validate: bool
     ideal_max_t: int
     sparse_backend: str
+    cuda_graphs: bool = False  # ours compiled with cuda_graphs=True: its calls replayed
     flex_patterns: tuple[str, ...] = FLEX_DEFAULT_PATTERNS
     flex_seqlens: tuple[int, ...] | None = None  # None: T <= FLEX_DEFAULT_MAX_T
     failures: Failures = field(default_factory=Failures, compare=False)

@@ -253,10 +253,9 @@ def train_run(
     amp = device.type == "cuda"
     variants, shared_qk, _ = PROTOCOLS[record.get("protocol", "standard")]
     spec = variants[variant]
-    # --cuda-graphs: the op replays its training calls from CUDA graphs (one slot per layer), drawing
-    # its decisions from a generator of its own (a per-call generator= would make them run eagerly)
-    graphs = dict(cuda_graphs=True, seed=args.seed + 1) if args.cuda_graphs else {}
-    attn = ts.compile(spec, causal=True, backend=args.backend, **graphs)
+    # --cuda-graphs: the op replays its calls from CUDA graphs (a slot per layer), drawing from the
+    # same per-call generators as the eager runs
+    attn = ts.compile(spec, causal=True, backend=args.backend, cuda_graphs=args.cuda_graphs)
     cfg = ModelConfig(args.layers, args.width, args.heads, shared_qk)
     torch.manual_seed(args.seed)
     model = ByteGPT(cfg, attn).to(device)
@@ -266,7 +265,7 @@ def train_run(
     ]
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), **({"fused": True} if amp else {}))
     data_gen = torch.Generator().manual_seed(args.seed)  # the same batches for every variant
-    decide_gen = None if args.cuda_graphs else torch.Generator(device).manual_seed(args.seed + 1)
+    decide_gen = torch.Generator(device).manual_seed(args.seed + 1)
     batch = args.batch or max(1, args.tokens_per_step // T)
     n_val = max(1, args.val_tokens // T)
     val_starts = torch.randint(0, val.numel() - T - 1, (n_val,), generator=torch.Generator().manual_seed(args.seed + 2))
@@ -324,7 +323,7 @@ def train_run(
         evaluate(record["steps_done"], train_s)
     record.update(speed(record["step_ms"], args.speed_skip, batch * T))
     record["run_s"] = round(time.perf_counter() - t_run, 2)
-    if attn.graph_stats is not None:  # evaluation passes a generator per window: those calls run eagerly
+    if attn.graph_stats is not None:
         stats = attn.graph_stats
         record["cuda_graphs"] = {"captures": stats.captures, "replays": stats.replays, "eager": dict(stats.eager)}
 
@@ -647,7 +646,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default="auto", help="tilesparse backend (default: auto: sdpa/triton on CUDA)")
     p.add_argument("--cuda-graphs", action="store_true",
-                   help="compile the op with cuda_graphs=True: training calls replayed from CUDA graphs")
+                   help="compile the op with cuda_graphs=True: its calls replayed from CUDA graphs")
     p.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     p.add_argument("--max-files", type=int, default=None, help="use this many stdlib files (default: all)")
     p.add_argument("--time-budget-s", type=float, default=None,

@@ -27,9 +27,8 @@ B, H, HKV, T, D = 1, 4, 2, 40, 16
 
 def _graphed(spec, **kwargs):
     op = ts.compile(spec, causal=True, cuda_graphs=True, **kwargs)
-    recorder = RerunRecorder()
-    op._graphed().recorder = lambda device: recorder
-    return op, recorder
+    op._graphed().recorder = RerunRecorder
+    return op
 
 
 def _inputs(seed: int, t: int = T, dtype=torch.float32):
@@ -50,7 +49,7 @@ def test_replayed_layers_match_the_eager_op(kind):
     fresh inputs and decisions every call: outputs and gradients equal the eager op's, one slot
     per layer, and what a step handed out stays as it was through the next step's replays."""
     spec = SPECS[kind]
-    op, recorder = _graphed(spec)
+    op = _graphed(spec)
     eager = ts.compile(spec, causal=True)
     kept = []  # (a copy made when handed out, the tensor handed out)
     for step in range(2):
@@ -70,13 +69,13 @@ def test_replayed_layers_match_the_eager_op(kind):
         kept += [(out.detach().clone(), out) for _, out, _ in calls]
     for before, t in kept:
         assert torch.equal(before, t), "a replay overwrote an output or a gradient already handed out"
-    assert op.graph_stats.captures == 3 == recorder.captures
+    assert op.graph_stats.captures == 3
     assert op.graph_stats.replays == 6
     assert not op.graph_stats.eager
 
 
 def test_calls_without_gradients_share_one_slot():
-    op, _ = _graphed(SPECS["qkdrop"])
+    op = _graphed(SPECS["qkdrop"])
     eager = ts.compile(SPECS["qkdrop"], causal=True)
     outs = []
     with torch.no_grad():
@@ -89,7 +88,7 @@ def test_calls_without_gradients_share_one_slot():
 
 
 def test_a_call_dropped_before_its_backward_frees_its_slot():
-    op, _ = _graphed(SPECS["hash"])
+    op = _graphed(SPECS["hash"])
     eager = ts.compile(SPECS["hash"], causal=True)
     q, k, v = _inputs(0)
     out = op(q, k, v, decisions=eager.decide(q, k))
@@ -104,7 +103,7 @@ def test_a_call_dropped_before_its_backward_frees_its_slot():
 
 
 def test_a_second_backward_is_refused():
-    op, _ = _graphed(SPECS["dense"])
+    op = _graphed(SPECS["dense"])
     q, k, v = _inputs(0)
     out = op(q, k, v)
     out.sum().backward(retain_graph=True)
@@ -113,7 +112,7 @@ def test_a_second_backward_is_refused():
 
 
 def test_a_replayed_backward_is_first_order_only():
-    op, _ = _graphed(SPECS["dense"])
+    op = _graphed(SPECS["dense"])
     q, k, v = _inputs(0)
     (dq, _, _) = torch.autograd.grad(op(q, k, v).sum(), (q, k, v), create_graph=True)
     with pytest.raises(RuntimeError, match="first order"):
@@ -121,7 +120,7 @@ def test_a_replayed_backward_is_first_order_only():
 
 
 def test_a_new_signature_captures_anew():
-    op, _ = _graphed(SPECS["dense"])
+    op = _graphed(SPECS["dense"])
     for t, dtype in ((T, torch.float32), (T, torch.float32), (T + 8, torch.float32), (T, torch.bfloat16)):
         q, k, v = _inputs(0, t, dtype)
         out = op(q, k, v)
@@ -137,14 +136,14 @@ def test_a_new_signature_captures_anew():
 
 
 def test_the_compiled_scale_given_again_is_a_plain_call():
-    op, _ = _graphed(SPECS["dense"])
+    op = _graphed(SPECS["dense"])
     q, k, v = _inputs(0)
     torch.testing.assert_close(op(q, k, v, scale=op.scale), ts.compile(SPECS["dense"], causal=True)(q, k, v))
     assert op.graph_stats.replays == 1 and not op.graph_stats.eager
 
 
 def test_calls_that_run_eagerly_are_counted_by_reason():
-    op, _ = _graphed(SPECS["qkdrop"])
+    op = _graphed(SPECS["qkdrop"])
     eager = ts.compile(SPECS["qkdrop"], causal=True)
     q, k, v = _inputs(0)
     dec = eager.decide(q, k)
@@ -152,20 +151,36 @@ def test_calls_that_run_eagerly_are_counted_by_reason():
     pad[:, -3:] = False
     got = op(q, k, v, decisions=dec, key_padding_mask=pad)
     torch.testing.assert_close(got, eager(q, k, v, decisions=dec, key_padding_mask=pad), rtol=0, atol=0)
-    op(q, k, v, generator=torch.Generator().manual_seed(0))
-    assert op.graph_stats.eager == {"SDPA keywords": 1, "generator= given while the op decides": 1}
-    assert op.graph_stats.replays == 0
-    fixed, _ = _graphed(SPECS["qkdrop"], seed=3, resample=False)
-    fixed(q, k, v)
-    assert fixed.graph_stats.eager == {"seed with resample=False (a fresh generator every call)": 1}
-    cpu = ts.compile(SPECS["qkdrop"], causal=True, cuda_graphs=True)  # no recorder: CUDA graphs only
+    assert op.graph_stats.eager == {"SDPA keywords": 1} and op.graph_stats.replays == 0
+    cpu = ts.compile(SPECS["qkdrop"], causal=True, cuda_graphs=True)  # no stand-in recorder: CUDA graphs only
     cpu(q, k, v, decisions=dec)
     assert cpu.graph_stats.eager == {"inputs on cpu, not CUDA": 1}
     assert ts.compile(SPECS["qkdrop"], causal=True).graph_stats is None
 
 
+@pytest.mark.parametrize("source", ["call_generator", "seed_resample", "seed_fixed"])
+def test_decisions_made_in_a_replay_draw_as_the_eager_call(source):
+    """The call's ``generator=``, the op's own (``seed=``), or a fresh one each call
+    (``resample=False``): a replay draws what the eager call draws, forward and backward, and
+    leaves the generator where the eager call leaves it."""
+    kw = {"call_generator": {}, "seed_resample": dict(seed=3), "seed_fixed": dict(seed=3, resample=False)}[source]
+    op, eager = _graphed(SPECS["hybrid"], **kw), ts.compile(SPECS["hybrid"], causal=True, **kw)
+    gens = [torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)]
+    for step in range(3):
+        q, k, v = _inputs(step)
+        outs = []
+        for attn, gen in zip((op, eager), gens, strict=True):
+            out = attn(q, k, v, generator=gen if source == "call_generator" else None)
+            outs.append((out, _grads(out, (q, k, v), step)))
+        (got, got_grads), (want, want_grads) = outs
+        assert torch.equal(got, want), f"{source} step {step}"
+        assert all(torch.equal(a, b) for a, b in zip(got_grads, want_grads, strict=True))
+    assert torch.equal(gens[0].get_state(), gens[1].get_state())
+    assert op.graph_stats.captures == 1 and op.graph_stats.replays == 3 and not op.graph_stats.eager
+
+
 def test_a_bad_id_in_a_replayed_call_is_an_error():
-    op, _ = _graphed(SPECS["hash"])
+    op = _graphed(SPECS["hash"])
     q, k, v = _inputs(0)
     dec = op.decide(q, k)
     op(q, k, v, decisions=dec)
@@ -180,19 +195,19 @@ def test_cuda_graphs_must_be_a_bool():
 
 
 def test_a_pickled_op_replays_afresh():
-    op, _ = _graphed(SPECS["dense"])
+    op = _graphed(SPECS["dense"])
     q, k, v = _inputs(0)
     op(q, k, v)
     copy = pickle.loads(pickle.dumps(op))
     assert copy.cuda_graphs and copy.graph_stats.captures == 0
-    copy._graphed().recorder = lambda device: RerunRecorder()
+    copy._graphed().recorder = RerunRecorder
     torch.testing.assert_close(copy(q, k, v), op(q, k, v), rtol=0, atol=0)
 
 
 def test_inference_mode_is_a_signature_of_its_own():
     """A slot made under ``torch.inference_mode`` holds inference tensors, which a call outside it
     cannot copy into."""
-    op, _ = _graphed(SPECS["dense"])
+    op = _graphed(SPECS["dense"])
     q, k, v = (t.detach() for t in _inputs(0))
     with torch.inference_mode():
         first = op(q, k, v)

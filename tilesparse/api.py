@@ -22,7 +22,7 @@ from .backends import REGISTRY as BACKENDS
 from .backends.reference import feature_mask, masked_attention
 from .decide import DeferredHash, lsh_part, make_decisions
 from .execute import Decide, execute, with_dense_heads
-from .graphs import GraphedCalls, GraphStats
+from .graphs import CudaGraphRecorder, GraphedCalls, GraphStats
 from .inference import KVCache, attend_cached
 from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, check_scale, check_tensor_args, dense_mask, lower, tile_stats
 from .patterns import Decisions, SpecBase, check_decisions, decision_errors, parse_spec
@@ -128,24 +128,18 @@ class CompiledAttention:
         """The op's replay path (made on first use; process-local, not pickled)."""
         graphs = self.__dict__.get("_graphs")
         if graphs is None:
-            graphs = self._graphs = GraphedCalls(
-                lambda q, k, v, dec: self._eager(q, k, v, dec, None, keep_last=False),
-                generator=lambda device: op_generator(self, device),
-            )
+            eager = lambda q, k, v, dec, gen: self._eager(q, k, v, dec, gen, keep_last=False)  # noqa: E731
+            graphs = self._graphs = GraphedCalls(eager)
         return graphs
 
-    def _replay_refusal(self, q: Tensor, decisions: Decisions | None, generator) -> str | None:
+    def _replay_refusal(self, q: Tensor, decisions: Decisions | None) -> str | None:
         """Why a plain call cannot be replayed from a graph (None: it can)."""
-        if self._graphed().recorder is None and q.device.type != "cuda":
+        if self._graphed().recorder is CudaGraphRecorder and q.device.type != "cuda":
             return f"inputs on {q.device.type}, not CUDA"
         if q.device.type == "cuda" and torch._C._cuda_isCurrentStreamCapturing():
             return "inside another CUDA graph capture"
         if decisions is not None and not isinstance(decisions, Decisions):
             return "decisions not a tilesparse.Decisions"
-        if decisions is None and generator is not None:
-            return "generator= given while the op decides"
-        if decisions is None and self.seed is not None and not self.resample:
-            return "seed with resample=False (a fresh generator every call)"
         return None
 
     def __getstate__(self) -> dict:
@@ -353,10 +347,12 @@ class CompiledAttention:
                 self._count_eager("SDPA keywords")
                 return run_sdpa_call(self, q, k, v, call, decisions, generator)
             if self.cuda_graphs:
-                reason = self._replay_refusal(q, decisions, generator)
+                reason = self._replay_refusal(q, decisions)
                 if reason is None:
                     self._poll_errors(q.device)
-                    return self._graphed().run(q, k, v, decisions)
+                    if decisions is None and generator is None:  # the one the eager call would draw from
+                        generator = op_generator(self, q.device)
+                    return self._graphed().run(q, k, v, decisions, None if decisions is not None else generator)
                 self._count_eager(reason)
             return self._eager(q, k, v, decisions, generator)
 

@@ -19,13 +19,15 @@ no cache) once per *call signature* and replays them after: the same steps the e
   sequences where the host dominates, not for long ones.
 - **What still runs eagerly** (counted in :attr:`GraphStats.eager` by reason): calls on other
   devices than CUDA, under ``torch.compile`` (which captures on its own) or inside another
-  capture, with SDPA keywords or a cache, with a per-call ``generator=`` while the op decides,
-  and ops seeded with ``resample=False`` (each call reseeds a fresh generator).
+  capture, and calls with SDPA keywords or a cache.
 - **Decisions.** Given decisions are copied in and checked on the device in the replay (as a
   GPU call with ``validate=True`` checks any decisions it did not make itself); a bad id
   surfaces at the op's next call or at :func:`tilesparse.check_errors`, whose poll each
-  replayed call runs too. Decisions the op makes draw from torch's generator (or the op's
-  own, ``seed=``, registered with the graph): every replay draws afresh.
+  replayed call runs too. Decisions the op makes draw as the eager call would: from torch's
+  generator (which every capture registers), or from the generator the eager call would use
+  (the call's ``generator=``, the op's own for ``seed=``, a freshly seeded one for
+  ``resample=False``), whose state a replay hands to the slot's own registered generator and
+  takes back after, so the draws and the generator's advance are the eager call's.
 
 The backward is first order only, as the kernels' own. On a CPU the slot logic is tested with a
 recorder that reruns the captured function instead of a CUDA graph (``tests/test_graphs.py``).
@@ -79,7 +81,7 @@ class CudaGraphRecorder:
 
     def __init__(self, device: torch.device, generators: tuple[torch.Generator, ...] = ()):
         self.device = device
-        self.generators = generators
+        self.generators = generators  # registered with both graphs (torch's default is by itself)
 
     def capture(self, forward: Callable[[], Tensor], backward: Callable[[Tensor], tuple] | None) -> Capture:
         stream = torch.cuda.Stream(self.device)
@@ -118,17 +120,20 @@ class CudaGraphRecorder:
 class RerunRecorder:
     """A stand-in for :class:`CudaGraphRecorder` where there is no GPU: a replay runs the call
     again on the slot's tensors and copies its results into the tensors the capture returned,
-    which stay fixed buffers as a graph's are (the backward reruns the forward first, on the
-    slot's inputs, which hold the call's own until its backward ran)."""
+    which stay fixed buffers as a graph's are. The backward reruns the forward first, on the
+    slot's inputs (which hold the call's own until its backward ran), with the generators (the
+    given ones and torch's default, as a graph registers them) where the forward's replay found
+    them, then puts them back."""
 
-    def __init__(self):
-        self.captures = 0
+    def __init__(self, device: torch.device | None = None, generators: tuple[torch.Generator, ...] = ()):
+        self.generators = (*generators, torch.default_generator)
+        self.at_forward: list[Tensor] = []
 
     def capture(self, forward: Callable[[], Tensor], backward: Callable[[Tensor], tuple] | None) -> Capture:
-        self.captures += 1
         out = forward()
 
         def replay_forward():
+            self.at_forward = [g.get_state() for g in self.generators]
             with torch.no_grad():
                 out.copy_(forward())
 
@@ -137,8 +142,13 @@ class RerunRecorder:
         grads = tuple(g.detach() for g in backward(out))
 
         def replay_backward():
+            now = [g.get_state() for g in self.generators]
+            for g, state in zip(self.generators, self.at_forward, strict=True):
+                g.set_state(state)
             with torch.enable_grad():
                 fresh = backward(forward())
+            for g, state in zip(self.generators, now, strict=True):
+                g.set_state(state)
             with torch.no_grad():
                 for fixed, g in zip(grads, fresh, strict=True):
                     fixed.copy_(g)
@@ -169,6 +179,7 @@ class _Slot:
         self.grads: tuple[Tensor | None, ...] = ()
         self.holder: weakref.ref | None = None
         self.copies: list[tuple[list[Tensor], list[int]]] = []
+        self.generator: torch.Generator | None = None  # the slot's own, registered with its graphs
 
     def free(self) -> bool:
         return self.holder is None or self.holder() is None
@@ -179,6 +190,16 @@ class _Slot:
         with torch.no_grad():
             for targets, picks in self.copies:
                 torch._foreach_copy_(targets, [sources[i] for i in picks])
+
+    def replay_forward(self, generator: torch.Generator | None) -> None:
+        """Replay the forward drawing from ``generator`` as the eager call would: its state to the
+        slot's generator first, the slot's (advanced by the draws) back after."""
+        if self.generator is None:
+            self.forward()
+            return
+        self.generator.set_state(generator.get_state())
+        self.forward()
+        generator.set_state(self.generator.get_state())
 
     def plan_copies(self) -> None:
         """Group the slot's inputs and decisions by dtype for :meth:`copy_in`."""
@@ -219,22 +240,23 @@ class _Lease:
 class GraphedCalls:
     """The replay path of one :class:`tilesparse.CompiledAttention` (see the module docstring).
 
-    ``run(q, k, v, decisions)`` runs a plain call: ``eager(q, k, v, decisions)`` is the op's
-    eager call, which a capture records; ``recorder`` makes a recorder for a device (default: a
-    CUDA graph recorder registering the op's generator there)."""
+    ``run(q, k, v, decisions, generator)`` runs a plain call: ``eager(q, k, v, decisions,
+    generator)`` is the op's eager call, which a capture records; ``generator`` is the one the
+    eager call draws from (None: torch's default); ``recorder`` makes a recorder for a device
+    and the generators to register (default: :class:`CudaGraphRecorder`)."""
 
-    def __init__(self, eager: Callable[..., Tensor], *, recorder: Callable[[torch.device], object] | None = None,
-                 generator: Callable[[torch.device], torch.Generator | None] | None = None):  # fmt: skip
+    def __init__(self, eager: Callable[..., Tensor], *, recorder: Callable[..., object] | None = None):
         self.eager = eager
-        self.recorder = recorder
-        self.generator = generator
+        self.recorder = recorder or CudaGraphRecorder
         self.slots: dict[tuple, list[_Slot]] = {}
         self.stats = GraphStats()
 
     def slot_count(self) -> int:
         return sum(len(s) for s in self.slots.values())
 
-    def run(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None) -> Tensor:
+    def run(
+        self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, generator: torch.Generator | None
+    ) -> Tensor:
         inputs = (q, k, v)
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
         stream = _raw_stream(q.device.index) if q.device.type == "cuda" else 0
@@ -242,32 +264,38 @@ class GraphedCalls:
             tuple(_signature(t) for t in inputs), tuple(t.requires_grad for t in inputs) if grad else None, stream,
             None if decisions is None else tuple(None if t is None else _signature(t) for _, t in decisions.items()),
             torch.is_inference_mode_enabled(),  # a slot made there holds inference tensors
+            generator is None,  # torch's default generator, or a slot generator of its own
         )  # fmt: skip
         slots = self.slots.setdefault(key, [])
         slot = next((s for s in slots if s.free()), None)
         if slot is None:
-            slot = self._capture(inputs, decisions, grad)
+            slot = self._capture(inputs, decisions, grad, generator)
             slots.append(slot)
         self.stats.replays += 1
         if not grad:
             slot.copy_in(inputs, decisions)
-            slot.forward()
+            slot.replay_forward(generator)
             return slot.out.clone()
-        return _Replay.apply(slot, decisions, *inputs)
+        return _Replay.apply(slot, decisions, generator, *inputs)
 
-    def _capture(self, inputs: tuple[Tensor, ...], decisions: Decisions | None, grad: bool) -> _Slot:
+    def _capture(
+        self, inputs: tuple[Tensor, ...], decisions: Decisions | None, grad: bool, generator: torch.Generator | None
+    ) -> _Slot:
         device = inputs[0].device
-        recorder = self.recorder(device) if self.recorder is not None else self._cuda_recorder(device)
         slot = _Slot()
         slot.inputs = tuple(t.detach().clone().requires_grad_(grad and t.requires_grad) for t in inputs)
         if decisions is not None:
             slot.decisions = {n: t.clone() for n, t in decisions.items() if t is not None}
         static = None if decisions is None else Decisions(**{n: slot.decisions.get(n) for n in DECISION_FIELDS})
         slot.plan_copies()
+        if generator is not None:
+            slot.generator = torch.Generator(device)
+            slot.generator.set_state(generator.get_state())
+        recorder = self.recorder(device, () if slot.generator is None else (slot.generator,))
         live = [t for t in slot.inputs if t.requires_grad]
 
         def forward() -> Tensor:
-            return self.eager(*slot.inputs, static)
+            return self.eager(*slot.inputs, static, slot.generator)
 
         def backward(out: Tensor) -> tuple[Tensor, ...]:
             return torch.autograd.grad(out, live, slot.grad_out)
@@ -281,19 +309,15 @@ class GraphedCalls:
         self.stats.captures += 1
         return slot
 
-    def _cuda_recorder(self, device: torch.device) -> CudaGraphRecorder:
-        gen = self.generator(device) if self.generator is not None else None
-        return CudaGraphRecorder(device, () if gen is None else (gen,))
-
 
 class _Replay(torch.autograd.Function):
     """A training call's replay: forward graph in, a copy of the output out; the backward graph
     on the incoming gradient, copies of the gradients out."""
 
     @staticmethod
-    def forward(ctx, slot: _Slot, decisions: Decisions | None, *inputs: Tensor):
+    def forward(ctx, slot: _Slot, decisions: Decisions | None, generator: torch.Generator | None, *inputs: Tensor):
         slot.copy_in(inputs, decisions)
-        slot.forward()
+        slot.replay_forward(generator)
         ctx.lease = _Lease(slot)
         return slot.out.clone()
 
@@ -311,4 +335,4 @@ class _Replay(torch.autograd.Function):
             slot.backward()
             grads = _copies(slot.grads)
         lease.release()
-        return None, None, *first_order_only("cuda graph replay", grads, slot.inputs)
+        return None, None, None, *first_order_only("cuda graph replay", grads, slot.inputs)

@@ -9,7 +9,9 @@ block), D=64 and D=128, bf16:
 - a replayed call, forward and backward, makes no host synchronization
   (``torch.cuda.set_sync_debug_mode("error")``);
 - decisions made in the call draw afresh in every replay (QKDrop: two replays of the same
-  inputs differ), from an op seeded with ``seed=`` too;
+  inputs differ), from an op seeded with ``seed=`` too, and draw what the eager call draws from
+  the same generator state (torch's, the call's ``generator=``, the op's own, a fresh one with
+  ``resample=False``), the generators left where the eager calls leave them;
 - a bad bucket id in a replayed call gives NaN and a clear ``ValueError`` from
   ``tilesparse.check_errors()``.
 
@@ -108,6 +110,35 @@ def test_decisions_made_in_a_replay_are_drawn_afresh(seed):
     assert op.graph_stats.replays == 2 and op.graph_stats.captures == 1
     assert first.isfinite().all() and second.isfinite().all()
     assert not torch.equal(first, second), "a replay repeated the captured draws"
+
+
+@pytest.mark.parametrize("source", ["default", "call_generator", "seed_resample", "seed_fixed"])
+def test_decisions_made_in_a_replay_are_the_eager_calls(source):
+    """Drawn from torch's generator, the call's ``generator=``, the op's own (``seed=``) or a
+    fresh one each call (``resample=False``): a replayed call's output and gradients equal the
+    eager call's from the same generator state, and the generators end where the eager calls
+    leave them."""
+    kw = {"seed_resample": dict(seed=3), "seed_fixed": dict(seed=3, resample=False)}.get(source, {})
+    spec = SPECS["hybrid"]
+    op, eager = ts.compile(spec, cuda_graphs=True, **kw), ts.compile(spec, **kw)
+    gens = [torch.Generator(DEVICE).manual_seed(7) for _ in range(2)]
+    if source == "default":
+        q, k, v = _inputs(0, 64)
+        op(q, k, v)  # the capture's warm-up draws from torch's generator: done before the comparison
+    for step in range(3):
+        q, k, v = _inputs(step, 64)
+        state = torch.cuda.get_rng_state()
+        outs = []
+        for attn, gen in zip((op, eager), gens, strict=True):
+            torch.cuda.set_rng_state(state)
+            out = attn(q, k, v, generator=gen if source == "call_generator" else None)
+            outs.append((out, _grads(out, (q, k, v), step)))
+        (got, got_grads), (want, want_grads) = outs
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"{source} step {step}")
+        for a, b in zip(got_grads, want_grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"{source} step {step} gradient")
+    assert torch.equal(gens[0].get_state(), gens[1].get_state())
+    assert op.graph_stats.replays == 3 + (source == "default") and not op.graph_stats.eager
 
 
 def test_a_bad_bucket_id_in_a_replayed_call_raises_from_check_errors():

@@ -214,3 +214,23 @@ def test_inference_mode_is_a_signature_of_its_own():
     with torch.no_grad():
         second = op(q, k, v)
     assert torch.equal(first, second) and op.graph_stats.captures == 2
+
+
+def test_clear_graphs_frees_the_slots_and_many_slots_warn(monkeypatch):
+    """Every signature keeps a slot: the op warns when it holds MANY_SLOTS of them (varying
+    lengths), and clear_graphs() forgets them; a call still awaiting its backward keeps its own."""
+    monkeypatch.setattr("tilesparse.graphs.MANY_SLOTS", 3)
+    op = _graphed(SPECS["dense"])
+    for t in (T, T + 1):
+        op(*_inputs(0, t)).sum().backward()
+    q, k, v = _inputs(0, T + 2)
+    with pytest.warns(UserWarning, match="holds 3 CUDA graph slots") as caught:
+        pending = op(q, k, v)
+    assert caught[0].filename == __file__  # the warning points at the caller
+    op.clear_graphs()
+    assert op._graphed().slot_count() == 0
+    grads = torch.autograd.grad(pending.sum(), (q, k, v))  # its slot lives on with its autograd node
+    want = torch.autograd.grad(ts.compile(SPECS["dense"], causal=True)(q, k, v).sum(), (q, k, v))
+    assert all(torch.equal(a, b) for a, b in zip(grads, want, strict=True))
+    op(*_inputs(0, T)).sum().backward()
+    assert op.graph_stats.captures == 4 and op._graphed().slot_count() == 1

@@ -124,6 +124,12 @@ class CompiledAttention:
         """With ``cuda_graphs=True``: captures, replays and the calls that ran eagerly, by reason."""
         return self._graphed().stats if self.cuda_graphs else None
 
+    def clear_graphs(self) -> None:
+        """With ``cuda_graphs=True``: drop every captured slot and the memory it keeps (a call
+        still awaiting its backward keeps its own slot until then); later calls capture anew."""
+        if "_graphs" in self.__dict__:
+            self._graphs.clear()
+
     def _graphed(self) -> GraphedCalls:
         """The op's replay path (made on first use; process-local, not pickled)."""
         graphs = self.__dict__.get("_graphs")

@@ -15,8 +15,9 @@ no cache) once per *call signature* and replays them after: the same steps the e
   needing gradients stays busy from its forward until its backward ran (or its autograd graph
   was freed without one), so calls outstanding at once (the layers of a training step) take one
   slot each: a slot per layer, captured in the first step. Each slot keeps its call's peak
-  memory (index tensors, the backward's buffers) for the op's lifetime: meant for the short
-  sequences where the host dominates, not for long ones.
+  memory (index tensors, the backward's buffers) until ``clear_graphs()`` (the op warns at
+  :data:`MANY_SLOTS`): meant for the short sequences where the host dominates, not for long
+  ones, and for a few signatures (varying lengths add slots).
 - **What still runs eagerly** (counted in :attr:`GraphStats.eager` by reason): calls on other
   devices than CUDA, under ``torch.compile`` (which captures on its own) or inside another
   capture, and calls with SDPA keywords or a cache.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,7 +49,10 @@ from torch import Tensor
 from .backends.first_order import first_order_only
 from .patterns import DECISION_FIELDS, Decisions
 
-__all__ = ["Capture", "CudaGraphRecorder", "GraphStats", "GraphedCalls", "RerunRecorder"]
+__all__ = ["MANY_SLOTS", "Capture", "CudaGraphRecorder", "GraphStats", "GraphedCalls", "RerunRecorder"]
+
+# slots held by one op at which it warns (each keeps its call's memory)
+MANY_SLOTS = 32
 
 # warm-up calls on a side stream before a capture: the first plans, compiles the kernels and
 # allocates the op's error records; the second runs as every later call does
@@ -254,6 +259,11 @@ class GraphedCalls:
     def slot_count(self) -> int:
         return sum(len(s) for s in self.slots.values())
 
+    def clear(self) -> None:
+        """Forget every slot: their memory goes back once no call still awaits a backward from
+        one (such a call's autograd node holds its slot until then)."""
+        self.slots.clear()
+
     def run(
         self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, generator: torch.Generator | None
     ) -> Tensor:
@@ -271,6 +281,13 @@ class GraphedCalls:
         if slot is None:
             slot = self._capture(inputs, decisions, grad, generator)
             slots.append(slot)
+            if self.slot_count() == MANY_SLOTS:
+                warnings.warn(
+                    f"this op now holds {MANY_SLOTS} CUDA graph slots, each keeping its call's memory: every "
+                    "signature (shapes, strides, dtypes, grad) captures anew, so varying sequence lengths add "
+                    "slots without bound; pad to a few lengths, or free them with the op's clear_graphs()",
+                    stacklevel=3,
+                )
         self.stats.replays += 1
         if not grad:
             slot.copy_in(inputs, decisions)

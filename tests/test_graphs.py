@@ -142,16 +142,38 @@ def test_the_compiled_scale_given_again_is_a_plain_call():
     assert op.graph_stats.replays == 1 and not op.graph_stats.eager
 
 
+def test_padded_and_packed_calls_replay():
+    """Key padding and document ids (with ``max_documents``) are copied in as q, k, v are: each
+    call's own mask and ids, outputs and gradients equal to the eager op's."""
+    op = _graphed(SPECS["hybrid"])
+    eager = ts.compile(SPECS["hybrid"], causal=True)
+    for step in range(3):
+        q, k, v = _inputs(step)
+        dec = eager.decide(q, k)
+        pad = torch.ones(B, T, dtype=torch.bool)
+        pad[:, T - 3 - step :] = False
+        docs = (torch.arange(T) >= 10 + 7 * step).long().expand(B, T)
+        for kw in (dict(key_padding_mask=pad), dict(document_ids=docs, max_documents=4, key_padding_mask=pad)):
+            got, want = op(q, k, v, decisions=dec, **kw), eager(q, k, v, decisions=dec, **kw)
+            assert torch.equal(got, want), f"{sorted(kw)} step {step}"
+            for a, b in zip(_grads(got, (q, k, v), step), _grads(want, (q, k, v), step), strict=True):
+                assert torch.equal(a, b), f"{sorted(kw)} step {step} gradient"
+    assert op.graph_stats.captures == 2 and op.graph_stats.replays == 6 and not op.graph_stats.eager
+
+
 def test_calls_that_run_eagerly_are_counted_by_reason():
     op = _graphed(SPECS["qkdrop"])
     eager = ts.compile(SPECS["qkdrop"], causal=True)
     q, k, v = _inputs(0)
     dec = eager.decide(q, k)
-    pad = torch.ones(B, T, dtype=torch.bool)
-    pad[:, -3:] = False
-    got = op(q, k, v, decisions=dec, key_padding_mask=pad)
-    torch.testing.assert_close(got, eager(q, k, v, decisions=dec, key_padding_mask=pad), rtol=0, atol=0)
-    assert op.graph_stats.eager == {"SDPA keywords": 1} and op.graph_stats.replays == 0
+    docs = (torch.arange(T) >= 10).long().expand(B, T)
+    for kw in (dict(return_lse=True), dict(document_ids=docs)):
+        got, want = op(q, k, v, decisions=dec, **kw), eager(q, k, v, decisions=dec, **kw)
+        for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            assert torch.equal(a, b)
+    assert op.graph_stats.eager == {
+        "return_lse=True": 1, "document_ids without max_documents (their range is read back)": 1
+    } and op.graph_stats.replays == 0
     cpu = ts.compile(SPECS["qkdrop"], causal=True, cuda_graphs=True)  # no stand-in recorder: CUDA graphs only
     cpu(q, k, v, decisions=dec)
     assert cpu.graph_stats.eager == {"inputs on cpu, not CUDA": 1}

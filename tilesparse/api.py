@@ -134,18 +134,27 @@ class CompiledAttention:
         """The op's replay path (made on first use; process-local, not pickled)."""
         graphs = self.__dict__.get("_graphs")
         if graphs is None:
-            eager = lambda q, k, v, dec, gen: self._eager(q, k, v, dec, gen, keep_last=False)  # noqa: E731
-            graphs = self._graphs = GraphedCalls(eager)
+            graphs = self._graphs = GraphedCalls(self._captured_call)
         return graphs
 
-    def _replay_refusal(self, q: Tensor, decisions: Decisions | None) -> str | None:
-        """Why a plain call cannot be replayed from a graph (None: it can)."""
+    def _captured_call(self, q: Tensor, k: Tensor, v: Tensor, decisions, generator, call: SdpaCall) -> Tensor:
+        """What a CUDA graph of this op records: the eager call (keeping no index tensors)."""
+        if call.plain:
+            return self._eager(q, k, v, decisions, generator, keep_last=False)
+        return run_sdpa_call(self, q, k, v, call, decisions, generator, keep_last=False)
+
+    def _replay_refusal(self, q: Tensor, decisions: Decisions | None, call: SdpaCall) -> str | None:
+        """Why a call cannot be replayed from a graph (None: it can)."""
         if self._graphed().recorder is CudaGraphRecorder and q.device.type != "cuda":
             return f"inputs on {q.device.type}, not CUDA"
         if q.device.type == "cuda" and torch._C._cuda_isCurrentStreamCapturing():
             return "inside another CUDA graph capture"
         if decisions is not None and not isinstance(decisions, Decisions):
             return "decisions not a tilesparse.Decisions"
+        if call.return_lse:
+            return "return_lse=True"
+        if call.document_ids is not None and call.max_documents is None:
+            return "document_ids without max_documents (their range is read back)"
         return None
 
     def __getstate__(self) -> dict:
@@ -349,17 +358,16 @@ class CompiledAttention:
                 raise ValueError("return_lse=True is not supported inside torch.compile; call the op outside it")
             return self._traced(q, k, v, decisions, call)
         with library.no_autocast(q.device):
-            if not call.plain:
-                self._count_eager("SDPA keywords")
-                return run_sdpa_call(self, q, k, v, call, decisions, generator)
             if self.cuda_graphs:
-                reason = self._replay_refusal(q, decisions)
+                reason = self._replay_refusal(q, decisions, call)
                 if reason is None:
                     self._poll_errors(q.device)
                     if decisions is None and generator is None:  # the one the eager call would draw from
                         generator = op_generator(self, q.device)
-                    return self._graphed().run(q, k, v, decisions, None if decisions is not None else generator)
+                    return self._graphed().run(q, k, v, decisions, None if decisions is not None else generator, call)
                 self._count_eager(reason)
+            if not call.plain:
+                return run_sdpa_call(self, q, k, v, call, decisions, generator)
             return self._eager(q, k, v, decisions, generator)
 
     def _count_eager(self, reason: str) -> None:

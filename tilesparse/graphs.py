@@ -1,16 +1,17 @@
 """Calls replayed from CUDA graphs: ``compile(spec, cuda_graphs=True)``.
 
 Where a call is bound by the host (short sequences, few heads), most of its time is Python and
-kernel launches. With ``cuda_graphs=True`` the op captures its plain calls (no SDPA keywords,
-no cache) once per *call signature* and replays them after: the same steps the eager call runs
-(``tilesparse.execute``), recorded by ``torch.cuda.graph``.
+kernel launches. With ``cuda_graphs=True`` the op captures its calls once per *call signature*
+and replays them after: the same steps the eager call runs (``tilesparse.execute``, or
+``tilesparse.sdpa_call`` with key padding and document ids), recorded by ``torch.cuda.graph``.
 
-- **Signature.** Shapes, strides, dtypes and device of q, k, v and of the given decisions'
-  tensors (or: the op decides), which inputs require grad, whether grad mode is on, inference
-  mode, the current stream. Another signature captures anew; the plan cache is unchanged by this.
-- **Slots.** A capture holds static q, k, v and decisions, the forward graph and (when the call
+- **Signature.** Shapes, strides, dtypes and device of q, k, v, of the given decisions' tensors
+  (or: the op decides) and of the key padding mask and document ids, the scale and
+  ``max_documents``, which inputs require grad, whether grad mode is on, inference mode, the
+  current stream. Another signature captures anew; the plan cache is unchanged by this.
+- **Slots.** A capture holds static q, k, v, decisions, mask and ids, the forward graph and (when the call
   needs gradients) the backward graph, each slot in a memory pool of its own. A call copies its
-  inputs and decisions into a free slot's tensors, replays, and returns a copy of the output; the
+  tensors into a free slot's, replays, and returns a copy of the output; the
   backward copies the incoming gradient in, replays and returns copies of the gradients. A slot
   needing gradients stays busy from its forward until its backward ran (or its autograd graph
   was freed without one), so calls outstanding at once (the layers of a training step) take one
@@ -20,7 +21,8 @@ no cache) once per *call signature* and replays them after: the same steps the e
   ones, and for a few signatures (varying lengths add slots).
 - **What still runs eagerly** (counted in :attr:`GraphStats.eager` by reason): calls on other
   devices than CUDA, under ``torch.compile`` (which captures on its own) or inside another
-  capture, and calls with SDPA keywords or a cache.
+  capture, with ``return_lse=True``, with document ids but no ``max_documents`` (their range is
+  read back), and with a cache.
 - **Decisions.** Given decisions are copied in and checked on the device in the replay (as a
   GPU call with ``validate=True`` checks any decisions it did not make itself); a bad id
   surfaces at the op's next call or at :func:`tilesparse.check_errors`, whose poll each
@@ -41,13 +43,14 @@ import gc
 import warnings
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
 from .backends.first_order import first_order_only
 from .patterns import DECISION_FIELDS, Decisions
+from .sdpa_call import PLAIN, SdpaCall
 
 __all__ = ["MANY_SLOTS", "Capture", "CudaGraphRecorder", "GraphStats", "GraphedCalls", "RerunRecorder"]
 
@@ -177,6 +180,7 @@ class _Slot:
     def __init__(self):
         self.inputs: tuple[Tensor, ...] = ()
         self.decisions: dict[str, Tensor] = {}
+        self.extras: dict[str, Tensor] = {}  # the call's key padding mask and document ids
         self.forward: Callable[[], None] | None = None
         self.out: Tensor | None = None
         self.backward: Callable[[], None] | None = None
@@ -189,9 +193,10 @@ class _Slot:
     def free(self) -> bool:
         return self.holder is None or self.holder() is None
 
-    def copy_in(self, tensors: tuple[Tensor, ...], decisions: Decisions | None) -> None:
-        """The call's q, k, v and decisions into the slot's: one fused copy per dtype."""
-        sources = [*tensors, *(getattr(decisions, n) for n in self.decisions)]
+    def copy_in(self, tensors: tuple[Tensor, ...], decisions: Decisions | None, call: SdpaCall) -> None:
+        """The call's q, k, v, decisions, key padding and document ids into the slot's: one fused
+        copy per dtype."""
+        sources = [*tensors, *(getattr(decisions, n) for n in self.decisions), *(getattr(call, n) for n in self.extras)]
         with torch.no_grad():
             for targets, picks in self.copies:
                 torch._foreach_copy_(targets, [sources[i] for i in picks])
@@ -209,7 +214,7 @@ class _Slot:
     def plan_copies(self) -> None:
         """Group the slot's inputs and decisions by dtype for :meth:`copy_in`."""
         groups: dict[torch.dtype, tuple[list[Tensor], list[int]]] = {}
-        for i, t in enumerate((*self.inputs, *self.decisions.values())):
+        for i, t in enumerate((*self.inputs, *self.decisions.values(), *self.extras.values())):
             targets, picks = groups.setdefault(t.dtype, ([], []))
             targets.append(t)
             picks.append(i)
@@ -265,7 +270,8 @@ class GraphedCalls:
         self.slots.clear()
 
     def run(
-        self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, generator: torch.Generator | None
+        self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, generator: torch.Generator | None,
+        call: SdpaCall = PLAIN,
     ) -> Tensor:
         inputs = (q, k, v)
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
@@ -275,11 +281,13 @@ class GraphedCalls:
             None if decisions is None else tuple(None if t is None else _signature(t) for _, t in decisions.items()),
             torch.is_inference_mode_enabled(),  # a slot made there holds inference tensors
             generator is None,  # torch's default generator, or a slot generator of its own
+            call.scale, call.max_documents,
+            *(None if t is None else _signature(t) for t in (call.key_padding_mask, call.document_ids)),
         )  # fmt: skip
         slots = self.slots.setdefault(key, [])
         slot = next((s for s in slots if s.free()), None)
         if slot is None:
-            slot = self._capture(inputs, decisions, grad, generator)
+            slot = self._capture(inputs, decisions, grad, generator, call)
             slots.append(slot)
             if self.slot_count() == MANY_SLOTS:
                 warnings.warn(
@@ -290,13 +298,14 @@ class GraphedCalls:
                 )
         self.stats.replays += 1
         if not grad:
-            slot.copy_in(inputs, decisions)
+            slot.copy_in(inputs, decisions, call)
             slot.replay_forward(generator)
             return slot.out.clone()
-        return _Replay.apply(slot, decisions, generator, *inputs)
+        return _Replay.apply(slot, decisions, generator, call, *inputs)
 
     def _capture(
-        self, inputs: tuple[Tensor, ...], decisions: Decisions | None, grad: bool, generator: torch.Generator | None
+        self, inputs: tuple[Tensor, ...], decisions: Decisions | None, grad: bool, generator: torch.Generator | None,
+        call: SdpaCall,
     ) -> _Slot:
         device = inputs[0].device
         slot = _Slot()
@@ -304,6 +313,9 @@ class GraphedCalls:
         if decisions is not None:
             slot.decisions = {n: t.clone() for n, t in decisions.items() if t is not None}
         static = None if decisions is None else Decisions(**{n: slot.decisions.get(n) for n in DECISION_FIELDS})
+        extras = {n: getattr(call, n) for n in ("key_padding_mask", "document_ids")}
+        slot.extras = {n: t.clone() for n, t in extras.items() if t is not None}
+        static_call = replace(call, **slot.extras)
         slot.plan_copies()
         if generator is not None:
             slot.generator = torch.Generator(device)
@@ -312,7 +324,7 @@ class GraphedCalls:
         live = [t for t in slot.inputs if t.requires_grad]
 
         def forward() -> Tensor:
-            return self.eager(*slot.inputs, static, slot.generator)
+            return self.eager(*slot.inputs, static, slot.generator, static_call)
 
         def backward(out: Tensor) -> tuple[Tensor, ...]:
             return torch.autograd.grad(out, live, slot.grad_out)
@@ -332,8 +344,9 @@ class _Replay(torch.autograd.Function):
     on the incoming gradient, copies of the gradients out."""
 
     @staticmethod
-    def forward(ctx, slot: _Slot, decisions: Decisions | None, generator: torch.Generator | None, *inputs: Tensor):
-        slot.copy_in(inputs, decisions)
+    def forward(ctx, slot: _Slot, decisions: Decisions | None, generator: torch.Generator | None, call: SdpaCall,
+                *inputs: Tensor):  # fmt: skip
+        slot.copy_in(inputs, decisions, call)
         slot.replay_forward(generator)
         ctx.lease = _Lease(slot)
         return slot.out.clone()
@@ -352,4 +365,4 @@ class _Replay(torch.autograd.Function):
             slot.backward()
             grads = _copies(slot.grads)
         lease.release()
-        return None, None, None, *first_order_only("cuda graph replay", grads, slot.inputs)
+        return None, None, None, None, *first_order_only("cuda graph replay", grads, slot.inputs)

@@ -12,6 +12,8 @@ block), D=64 and D=128, bf16:
   inputs differ), from an op seeded with ``seed=`` too, and draw what the eager call draws from
   the same generator state (torch's, the call's ``generator=``, the op's own, a fresh one with
   ``resample=False``), the generators left where the eager calls leave them;
+- calls with key padding and document ids (``max_documents``) replay the eager ones, without a
+  host synchronization;
 - a bad bucket id in a replayed call gives NaN and a clear ``ValueError`` from
   ``tilesparse.check_errors()``.
 
@@ -139,6 +141,36 @@ def test_decisions_made_in_a_replay_are_the_eager_calls(source):
             torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"{source} step {step} gradient")
     assert torch.equal(gens[0].get_state(), gens[1].get_state())
     assert op.graph_stats.replays == 3 + (source == "default") and not op.graph_stats.eager
+
+
+@pytest.mark.parametrize("name", ["qkdrop", "hash", "hybrid", "perhead"])
+def test_padded_and_packed_calls_replay_the_eager_ones(name):
+    """Key padding and document ids with ``max_documents``, new ones every call: outputs and
+    gradients equal to the eager op's, replayed without a host synchronization."""
+    spec = SPECS[name]
+    op, eager = ts.compile(spec, cuda_graphs=True), ts.compile(spec)
+    for step in range(3):
+        q, k, v = _inputs(step, 64)
+        dec = given_decisions(eager, q, k)
+        pad = torch.ones(B, T, dtype=torch.bool, device=DEVICE)
+        pad[0, T - 50 - step :] = False
+        docs = (torch.arange(T, device=DEVICE) >= 300 + 40 * step).long().expand(B, T)
+        for kw in (dict(key_padding_mask=pad), dict(document_ids=docs, max_documents=4)):
+            if step == 2:
+                torch.cuda.synchronize()
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                got = op(q, k, v, decisions=dec, **kw)
+                got_grads = _grads(got, (q, k, v), step)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            want = eager(q, k, v, decisions=dec, **kw)
+            torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"{name} {sorted(kw)} step {step}")
+            tol = dict(rtol=2e-2, atol=2e-2) if name == "perhead" else dict(rtol=0, atol=0)  # SDPA's dense heads
+            for a, b in zip(got_grads, _grads(want, (q, k, v), step), strict=True):
+                torch.testing.assert_close(a, b, **tol, msg=f"{name} {sorted(kw)} step {step} gradient")
+    assert op.graph_stats.captures == 2 and op.graph_stats.replays == 6 and not op.graph_stats.eager
+    ts.check_errors()
 
 
 def test_a_bad_bucket_id_in_a_replayed_call_raises_from_check_errors():

@@ -69,8 +69,7 @@ def register(
 ) -> Callable:
     """Register ``spec`` under ``name`` with ``transformers.AttentionInterface`` (and SDPA's
     mask builder with ``AttentionMaskInterface``); returns the attention function.
-    ``cuda_graphs``: each layer's op replays its calls without padding from CUDA graphs
-    (:mod:`tilesparse.graphs`)."""
+    ``cuda_graphs``: each layer's op replays its calls from CUDA graphs (:mod:`tilesparse.graphs`)."""
     try:
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface

@@ -256,3 +256,17 @@ def test_clear_graphs_frees_the_slots_and_many_slots_warn(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(grads, want, strict=True))
     op(*_inputs(0, T)).sum().backward()
     assert op.graph_stats.captures == 4 and op._graphed().slot_count() == 1
+
+
+def test_a_generator_on_another_device_runs_eagerly():
+    """The eager call then raises what is wrong (only a CUDA machine has a generator to mismatch
+    a CPU call with: the rule is checked on its own here)."""
+    from types import SimpleNamespace
+
+    from tilesparse.sdpa_call import PLAIN
+
+    op = _graphed(SPECS["qkdrop"])
+    q, _, _ = _inputs(0)
+    cuda_generator = SimpleNamespace(device=torch.device("cuda"))
+    assert op._replay_refusal(q, None, PLAIN, cuda_generator) == "a generator on cuda for inputs on cpu"
+    assert op._replay_refusal(q, None, PLAIN, torch.Generator()) is None

@@ -143,10 +143,12 @@ class CompiledAttention:
             return self._eager(q, k, v, decisions, generator, keep_last=False)
         return run_sdpa_call(self, q, k, v, call, decisions, generator, keep_last=False)
 
-    def _replay_refusal(self, q: Tensor, decisions: Decisions | None, call: SdpaCall) -> str | None:
+    def _replay_refusal(self, q: Tensor, decisions: Decisions | None, call: SdpaCall, generator) -> str | None:
         """Why a call cannot be replayed from a graph (None: it can)."""
         if self._graphed().recorder is CudaGraphRecorder and q.device.type != "cuda":
             return f"inputs on {q.device.type}, not CUDA"
+        if generator is not None and generator.device.type != q.device.type:  # the eager call says what is wrong
+            return f"a generator on {generator.device.type} for inputs on {q.device.type}"
         if q.device.type == "cuda" and torch._C._cuda_isCurrentStreamCapturing():
             return "inside another CUDA graph capture"
         if decisions is not None and not isinstance(decisions, Decisions):
@@ -359,7 +361,7 @@ class CompiledAttention:
             return self._traced(q, k, v, decisions, call)
         with library.no_autocast(q.device):
             if self.cuda_graphs:
-                reason = self._replay_refusal(q, decisions, call)
+                reason = self._replay_refusal(q, decisions, call, generator)
                 if reason is None:
                     self._poll_errors(q.device)
                     if decisions is None and generator is None:  # the one the eager call would draw from

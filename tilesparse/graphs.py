@@ -250,10 +250,11 @@ class _Lease:
 class GraphedCalls:
     """The replay path of one :class:`tilesparse.CompiledAttention` (see the module docstring).
 
-    ``run(q, k, v, decisions, generator)`` runs a plain call: ``eager(q, k, v, decisions,
-    generator)`` is the op's eager call, which a capture records; ``generator`` is the one the
-    eager call draws from (None: torch's default); ``recorder`` makes a recorder for a device
-    and the generators to register (default: :class:`CudaGraphRecorder`)."""
+    ``run(q, k, v, decisions, generator, call)`` runs a call: ``eager(q, k, v, decisions,
+    generator, call)`` is the op's eager call, which a capture records; ``generator`` is the one
+    the eager call draws from (None: torch's default); ``call`` its SDPA-style arguments;
+    ``recorder`` makes a recorder for a device and the generators to register (default:
+    :class:`CudaGraphRecorder`)."""
 
     def __init__(self, eager: Callable[..., Tensor], *, recorder: Callable[..., object] | None = None):
         self.eager = eager

@@ -234,6 +234,11 @@ def probe_pattern(name, spec, shape, args, device, counter) -> dict:
     return rows
 
 
+def max_err(got, want) -> float:
+    """The largest difference between two sequences of tensors, pairwise (0.0: equal)."""
+    return max((a.float() - b.float()).abs().max().item() for a, b in zip(got, want, strict=True))
+
+
 def probe_replay(spec, q, k, v, go, dec, eager_fwd, device, calls) -> dict:
     """The calls of :func:`probe_pattern` on an op compiled with ``cuda_graphs=True``."""
     op = ts.compile(spec, causal=True, backend="triton", cuda_graphs=True)
@@ -242,7 +247,7 @@ def probe_replay(spec, q, k, v, go, dec, eager_fwd, device, calls) -> dict:
     fwd_decide = lambda: op(q, k, v)  # noqa: E731
     want = (eager_fwd(), *torch.autograd.grad(eager_fwd(), (q, k, v), go))
     got = (fwd().detach(), *fwd_bwd())
-    rows = {"replay_max_err": max((a.float() - b.float()).abs().max().item() for a, b in zip(got, want, strict=True))}
+    rows = {"replay_max_err": max_err(got, want)}
     for label, fn in (("replay_fwd", fwd), ("replay_fwd_bwd", fwd_bwd), ("replay_fwd_decide", fwd_decide)):
         rows.update(host_and_sync(label, fn, calls, device))
     stats = op.graph_stats
@@ -268,7 +273,7 @@ def probe_graphed(call, q, k, v, go, device, calls) -> dict:
     fwd_bwd = lambda: torch.autograd.grad(graphed(*fresh), fresh, go)  # noqa: E731
     want = (call(*fresh), *torch.autograd.grad(call(*fresh), fresh, go))
     got = (graphed(*fresh).detach().clone(), *fwd_bwd())
-    rows = {"graphed_max_err": max((a.float() - b.float()).abs().max().item() for a, b in zip(got, want, strict=True))}
+    rows = {"graphed_max_err": max_err(got, want)}
     return {**rows, **host_and_sync("graphed_fwd", fwd, calls, device), **host_and_sync("graphed_fwd_bwd", fwd_bwd, calls, device)}
 
 

@@ -196,20 +196,25 @@ class _Slot:
     def copy_in(self, tensors: tuple[Tensor, ...], decisions: Decisions | None, call: SdpaCall) -> None:
         """The call's q, k, v, decisions, key padding and document ids into the slot's: one fused
         copy per dtype."""
-        sources = [*tensors, *(getattr(decisions, n) for n in self.decisions), *(getattr(call, n) for n in self.extras)]
+        sources = [*tensors, *(getattr(decisions, n) for n in self.decisions)]
+        sources += [getattr(call, n) for n in self.extras]
         with torch.no_grad():
             for targets, picks in self.copies:
                 torch._foreach_copy_(targets, [sources[i] for i in picks])
 
-    def replay_forward(self, generator: torch.Generator | None) -> None:
-        """Replay the forward drawing from ``generator`` as the eager call would: its state to the
-        slot's generator first, the slot's (advanced by the draws) back after."""
+    def replay_forward(self, tensors: tuple[Tensor, ...], decisions: Decisions | None, call: SdpaCall,
+                       generator: torch.Generator | None) -> Tensor:  # fmt: skip
+        """The call's tensors in, the forward replayed, a copy of its output out. The replay draws
+        from ``generator`` as the eager call would: its state to the slot's generator first, the
+        slot's (advanced by the draws) back after."""
+        self.copy_in(tensors, decisions, call)
         if self.generator is None:
             self.forward()
-            return
-        self.generator.set_state(generator.get_state())
-        self.forward()
-        generator.set_state(self.generator.get_state())
+        else:
+            self.generator.set_state(generator.get_state())
+            self.forward()
+            generator.set_state(self.generator.get_state())
+        return self.out.clone()
 
     def plan_copies(self) -> None:
         """Group the slot's inputs and decisions by dtype for :meth:`copy_in`."""
@@ -299,9 +304,7 @@ class GraphedCalls:
                 )
         self.stats.replays += 1
         if not grad:
-            slot.copy_in(inputs, decisions, call)
-            slot.replay_forward(generator)
-            return slot.out.clone()
+            return slot.replay_forward(inputs, decisions, call, generator)
         return _Replay.apply(slot, decisions, generator, call, *inputs)
 
     def _capture(
@@ -347,10 +350,9 @@ class _Replay(torch.autograd.Function):
     @staticmethod
     def forward(ctx, slot: _Slot, decisions: Decisions | None, generator: torch.Generator | None, call: SdpaCall,
                 *inputs: Tensor):  # fmt: skip
-        slot.copy_in(inputs, decisions, call)
-        slot.replay_forward(generator)
+        out = slot.replay_forward(inputs, decisions, call, generator)
         ctx.lease = _Lease(slot)
-        return slot.out.clone()
+        return out
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):

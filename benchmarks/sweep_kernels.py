@@ -7,7 +7,8 @@ forward+backward with ``triton.testing.do_bench`` (median), and each kernel's ow
 the profiler (forward, dQ, dK/dV, and the GQA sum of dK/dV into the kv heads). It reports
 effective TFLOP/s over the tiles each kernel visits (4·D flops per element of a visited tile
 forward, 10·D backward) next to cuDNN's over the causal triangle, and the largest difference
-from the default configuration's output (a configuration that changes the result is flagged).
+from the default configuration's output and gradients (a configuration that changes the result
+is flagged).
 Writes ``sweep_kernels.json`` under DIR and prints a table last.
 """
 
@@ -104,10 +105,17 @@ def main() -> int:
                             row["fwd"] = gpu_ms(kern)
                         row["fwd_bwd"] = gpu_ms(step)
                         row["kernels"] = kernel_ms(step)
+                        grads = step()
                     row["config"] = asdict(cfg)
                     if base_out is None:
-                        base_out = out
+                        base_out, base_grads = out, grads
                     row["max_diff_vs_baseline"] = float((out.float() - base_out.float()).abs().max())
+                    # the gradients' largest difference from the baseline config's, relative to
+                    # that gradient's largest value (dq, dk, dv)
+                    row["grad_rel_diff_vs_baseline"] = [
+                        float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30))
+                        for a, b in zip(grads, base_grads, strict=True)
+                    ]
                     row["max_err_vs_ref"] = ref_error(attn, q, k, v, dec, out)
                     fwd_n = forward_tile(prep.group, cfg)
                     st_f = tile_stats(prep, block_n=fwd_n, exact=False)
@@ -138,7 +146,8 @@ def main() -> int:
                 f"k.fwd {kn.get('_attn_fwd', 0):6.3f} dq {kn.get('_attn_bwd_dq', 0):6.3f} "
                 f"dkdv {kn.get('_attn_bwd_dkdv', 0):6.3f} other {kn.get('other', 0):6.3f} | "
                 f"TF/s {r['fwd_tflops']:4.0f} {r['dq_tflops']:4.0f} {r['dkdv_tflops']:4.0f} "
-                f"vis {r['visited_fraction']:.2f} err {r['max_err_vs_ref']:.1e}")  # fmt: skip
+                f"vis {r['visited_fraction']:.2f} err {r['max_err_vs_ref']:.1e} "
+                f"grad {max(r['grad_rel_diff_vs_baseline']):.1e}")  # fmt: skip
 
     return print_rows(res["rows"], lambda r: f"{r['pattern']:8s} {r['override']}", line, t0)
 

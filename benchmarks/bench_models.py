@@ -63,22 +63,31 @@ def sync_ms(fn, estimate_ms: float) -> float:
     return statistics.median(times)
 
 
-def kernel_ms(fn, iters: int = 3, every: bool = False) -> dict[str, float]:  # also sweep_kernels.py's
-    """GPU time per call by kernel: the forward, the two backward kernels, and the rest (with
-    ``every``, each kernel by its name, cut to 60 characters)."""
+def kernel_table(fn, iters: int = 3) -> dict[str, list[float]]:
+    """Each kernel's GPU time (ms) and launches per call of ``fn``, by name (cut to 60
+    characters), from the profiler."""
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(iters):
             fn()
         torch.cuda.synchronize()
-    out: dict[str, float] = {}
+    out: dict[str, list[float]] = {}
     for e in prof.key_averages():
-        t = e.device_time_total / 1e3 / iters
-        if t > 0:
-            name = next((k for k in ("_attn_fwd", "_attn_bwd_dq", "_attn_bwd_dkdv") if k in e.key), "other")
-            name = e.key[:60] if every else name
-            out[name] = out.get(name, 0.0) + t
+        if e.device_time_total > 0:
+            row = out.setdefault(e.key[:60], [0.0, 0.0])
+            row[0] += e.device_time_total / 1e3 / iters
+            row[1] += e.count / iters
+    return out
+
+
+def kernel_ms(fn, iters: int = 3, every: bool = False) -> dict[str, float]:  # also sweep_kernels.py's
+    """GPU time per call by kernel: the forward, the two backward kernels, and the rest (with
+    ``every``, each kernel by its name, cut to 60 characters)."""
+    out: dict[str, float] = {}
+    for key, (ms, _) in kernel_table(fn, iters).items():
+        name = key if every else next((k for k in ("_attn_fwd", "_attn_bwd_dq", "_attn_bwd_dkdv") if k in key), "other")
+        out[name] = out.get(name, 0.0) + ms
     return out
 
 

@@ -48,11 +48,13 @@ if __name__ == "__main__":
         res["rows"].append(row)
         print(json.dumps(row), flush=True)
     Path(out).write_text(json.dumps(res, indent=1))
-    print(f"{'name':8s} {'eager ms/sync':>14s} {'replay ms/sync':>15s} {'kern sum':>8s} {'launches':>3s}  top kernels (us)")
+    head = f"{'name':8s} {'eager ms/sync':>14s} {'replay ms/sync':>15s} {'kern sum':>8s} {'launches':>3s}"
+    print(head + "  top kernels (us)")
     for r in res["rows"]:
         kn = r["kernels"]
         top = sorted(kn.items(), key=lambda x: -x[1][0])[:6]
         rep = r.get("replayed", {"ms": 0, "sync_ms": 0})
-        print(f"{r['name']:8s} {r['eager']['ms']:6.3f}/{r['eager']['sync_ms']:6.3f} {rep['ms']:6.3f}/{rep['sync_ms']:6.3f} "
+        print(f"{r['name']:8s} {r['eager']['ms']:6.3f}/{r['eager']['sync_ms']:6.3f} "
+              f"{rep['ms']:6.3f}/{rep['sync_ms']:6.3f} "
               f"{sum(t for t, _ in kn.values()):8.3f} {sum(c for _, c in kn.values()):3.0f}  "
               + "; ".join(f"{n[:28]} {t * 1e3:.0f}" for n, (t, _) in top))

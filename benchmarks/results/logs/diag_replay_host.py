@@ -224,7 +224,9 @@ def main() -> None:
     if mode == "block":
         print(f"busy: {res['busy_ms']:.2f} ms of GPU work queued before each 'loaded' measurement")
     for r in res["rows"]:
-        cells = (f"{s} {t[0]:.0f}/{t[1]:.0f}" if isinstance(t, list) else f"{s} {t:.0f}" for s, t in r.items() if s != "name")
+        cells = (
+            f"{s} {t[0]:.0f}/{t[1]:.0f}" if isinstance(t, list) else f"{s} {t:.0f}" for s, t in r.items() if s != "name"
+        )
         print(f"{r['name']:18s} " + " ".join(cells))
 
 

@@ -192,6 +192,8 @@ MODES = {"profile": mode_profile, "block": mode_block, "steps": mode_steps}
 
 def main() -> None:
     mode, shape, out = sys.argv[1:4]
+    if mode not in (*MODES, "backward"):
+        raise SystemExit(f"MODE must be one of {[*MODES, 'backward']}, got {mode!r}")
     names = (sys.argv[4] if len(sys.argv) > 4 else "keep0.7,hash64").split(",")
     _, q, k, v, go = bf16_inputs(shape)
     res = run_header(rows=[])

@@ -210,7 +210,7 @@ def main() -> int:
                 tiles = forward_tiles(groups, cfg)  # each group in its own forward key tiles
                 st_q = [tile_stats(g, block_n=cfg.dq_n, exact=False) for g in groups]
                 fwd_el = cfg.block_q * tile_area(tiles, "visited")
-                row["visited_fraction"] = vis = fwd_el / max(1, cfg.block_q * tile_area(tiles, "dense_tiles"))
+                row["visited_fraction"] = vis = tile_area(tiles, "visited") / max(1, tile_area(tiles, "dense_tiles"))
                 if "_attn_fwd" in kn:
                     bwd_el = sum(s["visited"] for s in st_q) * cfg.block_q * cfg.dq_n
                     row["fwd_tflops"] = 4 * D * fwd_el / kn["_attn_fwd"] / 1e9

@@ -14,16 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from bench_models import bf16_inputs, gpu_ms, kernel_table, run_header, sync_ms  # noqa: E402
+from bench_models import bf16_inputs, kernel_table, run_header, timed  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import tilesparse as ts  # noqa: E402
 from tilesparse.bench.grid import PATTERNS  # noqa: E402
-
-
-def timed(fn) -> dict:
-    ms = gpu_ms(fn)
-    return {"ms": ms, "sync_ms": sync_ms(fn, ms)}
 
 
 if __name__ == "__main__":

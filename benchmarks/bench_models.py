@@ -44,11 +44,19 @@ DEFAULT_SHAPES = "1,32,8,128,8192;1,32,8,128,16384;1,32,8,128,32768;1,32,8,128,6
 DEFAULT_PATTERNS = "dense,keep0.7,keep0.5,keep0.3,hash8,hash16,hash64,hybrid"
 
 
-def gpu_ms(fn) -> float:
-    """Back to back: median CUDA-event time per call."""
+def gpu_ms(fn, calls: int = 10) -> float:
+    """Back to back: median CUDA-event time per call, over at least ``calls`` calls.
+
+    ``do_bench`` times as many calls as fit in ``rep`` ms (at least one): with a fixed 60 ms a
+    call of 40 ms or more was timed once (the files before run 82), so ``rep`` grows with the
+    call's own time, measured first."""
     fn()
     torch.cuda.synchronize()
-    return triton.testing.do_bench(fn, warmup=5, rep=60, return_mode="median")
+    t = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    once_ms = (time.perf_counter() - t) * 1e3
+    return triton.testing.do_bench(fn, warmup=5, rep=max(60.0, calls * once_ms), return_mode="median")
 
 
 def sync_ms(fn, estimate_ms: float) -> float:

@@ -90,6 +90,17 @@ def test_a_non_finite_query_reaches_only_its_own_row_and_its_keys(backend):
     assert_query_contained(out, grads, want, want_grads, hit, mask)
 
 
+@pytest.mark.parametrize("kind", ["hash", "drop"])
+def test_containment_holds_with_dp_issued_first(kind):
+    """The same containment with the dK/dV kernel's dP product issued before the exponentials
+    (``TileConfig.dp_first``, on by default for drop groups at D=128 on the GPU)."""
+    from tilesparse.backends.triton.op import override_config
+
+    with override_config(dp_first=2):
+        test_a_non_finite_key_reaches_only_the_rows_that_keep_it("triton", kind, "v", float("nan"))
+        test_a_non_finite_query_reaches_only_its_own_row_and_its_keys("triton")
+
+
 def test_the_flag_stays_clear_on_finite_inputs_and_is_set_by_a_leak(monkeypatch):
     """Triton's protocol (backends/triton/nonfinite.py): finite inputs leave both passes' flags
     at 0 (the sanitizing variants exit at once); an inf in v at key J, which the rows before J

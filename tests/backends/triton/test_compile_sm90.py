@@ -74,6 +74,10 @@ from tilesparse.backends.triton.versions import installed_triton, nearest_measur
 # there, sweep_kernels_h200.json round 4), 3.7.1's rows for that forward were measured again: 51 in-loop
 # spills became none, 292 in its sanitizing variant 31; with 3.6 (64 -> none, 307 -> 27) and
 # 3.9.0 (36 -> none, 314 -> 24) likewise, and 3.8.0 compiles it without one (sanitizing: 17-30).
+# When the 16-bit D=128 dK/dV kernel of drop groups began issuing dP's product before the
+# exponentials (TileConfig.dp_first, 2026-12-01: that kernel 6-7% faster, sweep_kernels_h200.json
+# round 8), its "drop" rows were measured again and lowered: 3.6 84 -> 50 (sanitizing 550 -> 289),
+# 3.7.1 62 -> 38 (529 / 539 -> 295 / 293), 3.9.0 159 -> 143 (409 / 403 -> 381).
 SPILL_TABLES = Path(__file__).with_name("loop_spills_sm90.json")
 
 

@@ -96,22 +96,30 @@ def test_one_masked_loop_per_segment(single_loop):
             assert_equivalent(ts.compile(spec, backend="triton"), q, k, v)
 
 
+def _launch_constants(monkeypatch, kernel: str, name: str) -> list:
+    """A list that collects compile-time constant ``name`` of every launch of ``kernel`` (a
+    kernels.py name) but its sanitizing variant's, from here to the test's end."""
+    from tilesparse.backends.triton import kernels
+    from tilesparse.backends.triton.launch import LeanKernel
+
+    fn = getattr(kernels, kernel)
+    seen: list = []
+    normal = LeanKernel._normal
+
+    def record(self, grid, args, constants):
+        if self.fn is fn and not constants.get("SANITIZE", False):
+            seen.append(constants[name])
+        return normal(self, grid, args, constants)
+
+    monkeypatch.setattr(LeanKernel, "_normal", record)
+    return seen
+
+
 def test_bucket_groups_take_their_own_forward_tile(monkeypatch):
     """``bucket_fwd_n`` sets the forward's key tile width in groups with a bucket predicate and
     only there (ranges are in rows, so any width is exact): the launches show each width, and
     the results match the reference, GQA included."""
-    from tilesparse.backends.triton import kernels
-    from tilesparse.backends.triton.launch import LeanKernel
-
-    widths: list[int] = []
-    normal = LeanKernel._normal
-
-    def record(self, grid, args, constants):
-        if self.fn is kernels._attn_fwd and not constants.get("SANITIZE", False):
-            widths.append(constants["BLOCK_N"])
-        return normal(self, grid, args, constants)
-
-    monkeypatch.setattr(LeanKernel, "_normal", record)
+    widths = _launch_constants(monkeypatch, "_attn_fwd", "BLOCK_N")
     g = torch.Generator().manual_seed(6)
     q = torch.randn((1, 4, 110, 16), generator=g)
     k, v = (torch.randn((1, 2, 110, 16), generator=g) for _ in range(2))
@@ -120,6 +128,22 @@ def test_bucket_groups_take_their_own_forward_tile(monkeypatch):
             widths.clear()
             assert_equivalent(ts.compile(spec, backend="triton"), q, k, v)
             assert widths and set(widths) == {width}, (spec, widths)
+
+
+@pytest.mark.parametrize("dp_first", [1, 2])
+def test_dp_first_reorders_dkdv_and_keeps_the_result(monkeypatch, dp_first):
+    """``dp_first`` issues the dK/dV kernel's dP product before the exponentials: 1 in groups
+    without a bucket predicate, 2 in every group. The launches show where it is on, and the
+    results (GQA, bucket and drop predicates, three-phase loops) match the reference."""
+    seen = _launch_constants(monkeypatch, "_attn_bwd_dkdv", "DP_FIRST")
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn((1, 4, 120, 16), generator=g)
+    k, v = (torch.randn((1, 2, 120, 16), generator=g) for _ in range(2))
+    with override_config(dp_first=dp_first, single_loop=0):
+        for spec, on in ((ts.Hash(buckets=3), dp_first == 2), (ts.QKDrop(keep=0.6), True)):
+            seen.clear()
+            assert_equivalent(ts.compile(spec, backend="triton"), q, k, v)
+            assert seen and set(seen) == {on}, (spec, seen)
 
 
 def test_noncontiguous_inputs():

@@ -283,12 +283,21 @@ def _attn_fwd(Q, K, V, O, LSE,
 
 
 @triton.jit
+def _rows(base, rows, stride, offs_d, d_ok, SANITIZE: tl.constexpr):
+    """Rows ``rows`` of a (T, D) matrix at ``base``; with SANITIZE non-finite values read as 0."""
+    x = tl.load(base + rows[:, None] * stride + offs_d[None, :], mask=d_ok[None, :], other=0.0)
+    if SANITIZE:
+        x = tl.where(tl.abs(x) < float("inf"), x, 0.0)
+    return x
+
+
+@triton.jit
 def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
                          q_base, do_base, stride_qt, stride_dot, Q_ORDER, Q_POS, Q_BKT, LSE, DELTA,
                          lo, hi, qk_scale, seqlen, offs_d, d_ok,
                          BLOCK_M: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
                          STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
-                         PRECISION: tl.constexpr, SANITIZE: tl.constexpr = False):
+                         PRECISION: tl.constexpr, DP_FIRST: tl.constexpr, SANITIZE: tl.constexpr = False):
     """Accumulate dK, dV of one key block over query tiles [lo, hi); tiles are (keys x queries).
 
     With SANITIZE (masked tiles of inputs holding an inf or NaN) non-finite q and dO read as 0
@@ -301,6 +310,10 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
         qT = tl.load(q_base + q_rows[None, :] * stride_qt + offs_d[:, None], mask=d_ok[:, None], other=0.0)
         lse = tl.load(LSE + offs_m, mask=m_ok, other=float("inf"))
         qkT = tl.dot(k, qT, input_precision=PRECISION) * qk_scale
+        if DP_FIRST:
+            # dP's product runs on the tensor cores while the exponentials below run
+            do = _rows(do_base, q_rows, stride_dot, offs_d, d_ok, SANITIZE)
+            dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         pT = tl.math.exp2(qkT - lse[None, :])
         if MASK:
             q_pos = tl.load(Q_POS + offs_m, mask=m_ok, other=-1)
@@ -316,13 +329,13 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
                 pT = tl.where(row_bad[None, :], float("nan"), pT)
                 qT = tl.where(tl.abs(qT) < float("inf"), qT, 0.0)
             pT = tl.where(keep, pT, 0.0)
-        do = tl.load(do_base + q_rows[:, None] * stride_dot + offs_d[None, :], mask=d_ok[None, :], other=0.0)
-        if SANITIZE:
-            do = tl.where(tl.abs(do) < float("inf"), do, 0.0)
+        if not DP_FIRST:
+            do = _rows(do_base, q_rows, stride_dot, offs_d, d_ok, SANITIZE)
         dv += tl.dot(pT.to(do.dtype), do, input_precision=PRECISION)
         if not SANITIZE:
             di = tl.load(DELTA + offs_m, mask=m_ok, other=0.0)
-        dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        if not DP_FIRST:
+            dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         dsT = pT * (dpT - di[None, :])
         dk += tl.dot(dsT.to(qT.dtype), tl.trans(qT), input_precision=PRECISION)
     return dk, dv
@@ -343,7 +356,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                    CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
                    NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
-                   SANITIZE: tl.constexpr = False):
+                   DP_FIRST: tl.constexpr, SANITIZE: tl.constexpr = False):
     """One key block (BLOCK_N rows of the key layout) against its query-row ranges."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     if SANITIZE:
@@ -380,16 +393,16 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                       q_order, q_posp, q_bktp, lsep, deltap, lo, f0, qk_scale, seqlen,
                                       offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
-                                      PRECISION, SANITIZE)
+                                      PRECISION, DP_FIRST, SANITIZE)
         if not SINGLE_LOOP:
             dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                           q_order, q_posp, q_bktp, lsep, deltap, f0, f1, qk_scale, seqlen,
                                           offs_d, d_ok, BLOCK_M, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
-                                          PRECISION)
+                                          PRECISION, DP_FIRST)
             dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                           q_order, q_posp, q_bktp, lsep, deltap, f1, hi, qk_scale, seqlen,
                                           offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
-                                          PRECISION, SANITIZE)
+                                          PRECISION, DP_FIRST, SANITIZE)
 
     if not SANITIZE:
         # the dQ kernel found a value that is not finite: the sanitizing variant writes this

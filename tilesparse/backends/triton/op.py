@@ -25,6 +25,7 @@ from .nonfinite import launch_pair, new_flag
 __all__ = [
     "TileConfig",
     "compiled_kernel_count",
+    "dp_first",
     "forward_tile",
     "interpreting",
     "launch_fwd",
@@ -67,6 +68,8 @@ class TileConfig:
     single_loop: int = 0  # 0: masked / unmasked / masked loops per segment; 1: one masked loop
     # per segment in groups with a bucket predicate (short segments); 2: one loop everywhere
     bucket_fwd_n: int = 0  # the forward's key tile width in groups with a bucket predicate (0: fwd_n)
+    dp_first: int = 0  # dK/dV: dP's product issued before the probabilities' exponentials, so that
+    # they overlap; 0: nowhere, 1: in groups without a bucket predicate (long segments), 2: everywhere
 
     def forward_tile(self, same_bucket: bool) -> int:
         """The forward kernel's key tile width for a group with (or without) a bucket predicate."""
@@ -104,8 +107,10 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         # Hash(16) within 1% (sweep_kernels_h200.json, single_loop rows); there 32-wide forward
         # tiles, which compile without the 64-wide ones' in-loop spills: the Hash(16) / Hash(64)
         # forward 9% / 16% faster at T=32k, QKDrop's 23% slower (sweep_kernels_h200.json, round 4)
+        # dP first in the dK/dV kernel of groups without a bucket predicate: QKDrop's dK/dV 5-7% faster
+        # at T=32k, Hash(16)'s 4% slower (round 8)
         cfg = TileConfig(128, 64, 64, 32, 64, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1,
-                         bucket_fwd_n=32)
+                         bucket_fwd_n=32, dp_first=1)
     else:
         # 4 warps and 32x32 backward tiles: 2.8x faster than 8 warps with 16-wide tiles
         cfg = TileConfig(64, 32, 32, 32, 32, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2, dq_warps=4, dq_stages=2,
@@ -148,6 +153,11 @@ def _flags(g: PreparedGroup, cfg: TileConfig) -> dict:
     flags = predicate_flags(g.group)
     flags["SINGLE_LOOP"] = cfg.single_loop == 2 or (cfg.single_loop == 1 and flags["SAME_BUCKET"])
     return flags
+
+
+def dp_first(cfg: TileConfig, same_bucket: bool) -> bool:
+    """Whether the dK/dV kernel of a group with (or without) a bucket predicate issues dP first."""
+    return cfg.dp_first == 2 or (cfg.dp_first == 1 and not same_bucket)
 
 
 def forward_tile(group: HeadGroup, cfg: TileConfig) -> int:
@@ -253,7 +263,7 @@ class _SparseAttention(torch.autograd.Function):
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
             Hg, T, Tk, n_kb, scale * LOG2E, scale, k_group, v_group,
             DKV_PER_QUERY_HEAD=not direct, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=g.k_ranges.shape[3],
-            num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
+            DP_FIRST=dp_first(cfg, flags["SAME_BUCKET"]), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
             **common, **flags,
         )  # fmt: skip
         if not direct:

@@ -22,7 +22,7 @@ import torch
 from ...ir import KEY_SENTINEL, QUERY_SENTINEL
 from . import kernels
 from .launch import OPTIONS
-from .op import TileConfig, _block_d, _precision, parse_overrides, tile_config
+from .op import TileConfig, _block_d, _precision, dp_first, parse_overrides, tile_config
 
 __all__ = [
     "SHARED_LIMIT",
@@ -69,7 +69,8 @@ class Variant:
         elif self.kernel == "dq":
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.dq_n)
         else:
-            c.update(BLOCK_M=self.cfg.dkdv_m, BLOCK_N=self.cfg.block_k, DKV_PER_QUERY_HEAD=self.gqa)
+            c.update(BLOCK_M=self.cfg.dkdv_m, BLOCK_N=self.cfg.block_k, DKV_PER_QUERY_HEAD=self.gqa,
+                     DP_FIRST=dp_first(self.cfg, c["SAME_BUCKET"]))
         return c
 
     @property
@@ -176,7 +177,7 @@ def report(compiled) -> Report:
     ttgir = compiled.asm["ttgir"]
     # the dedup must survive every pass (see kernels._tiles): lo = max(lo, previous segment's hi)
     dedup = re.search(r"arith\.maxsi %lo\w*, %prev_hi", ttgir) is not None
-    gathers = len(re.findall(r"%(?:kT|v|vT|k|qT|q|do)(?:_\d+)? = ttg\.async_copy_global_to_local", ttgir))
+    gathers = len(re.findall(r"%(?:kT|v|vT|k|qT|q|do|x)(?:_\d+)? = ttg\.async_copy_global_to_local", ttgir))
     return Report(
         shared=compiled.metadata.shared,
         registers=regs,

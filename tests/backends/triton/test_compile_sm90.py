@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tilesparse.backends.triton.sm90 import DROP_CAUSAL, SHARED_LIMIT, index_variants, variants
+from tilesparse.backends.triton.sm90 import DROP_CAUSAL, HASH_CAUSAL, SHARED_LIMIT, index_variants, variants
 from tilesparse.backends.triton.versions import installed_triton, nearest_measured
 
 # loop_spills_sm90.json: Triton release -> "unchanged" and "sanitizing" variants -> rows
@@ -78,6 +78,10 @@ from tilesparse.backends.triton.versions import installed_triton, nearest_measur
 # exponentials (TileConfig.dp_first, 2026-12-01: that kernel 6-7% faster, sweep_kernels_h200.json
 # round 8), its "drop" rows were measured again and lowered: 3.6 84 -> 50 (sanitizing 550 -> 289),
 # 3.7.1 62 -> 38 (529 / 539 -> 295 / 293), 3.9.0 159 -> 143 (409 / 403 -> 381).
+# Rows keyed "long" (added the same day) are the 16-bit D=128 hash variants that long bucket
+# segments run in three loops, dK/dV with dP first (TileConfig.long_segment_rows): with 3.6 the
+# forward has no in-loop spill, dQ 22 and dK/dV 63, and Hash(16) at T=32k ran 8-10% faster
+# that way than in one masked loop without them (kernels alone, sweep_kernels_h200.json round 9).
 SPILL_TABLES = Path(__file__).with_name("loop_spills_sm90.json")
 
 
@@ -186,13 +190,18 @@ def test_spill_tables_keep_the_worst_flag_variant_per_key():
     ]
 
 
-def test_drop_variants_at_large_head_dims_have_their_own_table_key():
+def test_drop_and_long_variants_have_their_own_table_keys():
     """QKDrop's flags at D >= 128 (16-bit) are compiled beside the hash flags and held to counts
-    of their own, so the hash variants keep theirs."""
+    of their own, so the hash variants keep theirs; so are the hash variants that long bucket
+    segments run in three loops (16-bit D=128, the configuration with ``long_segment_rows``)."""
     drop = [v for v in VARIANTS if v.flags == DROP_CAUSAL and v.head_dim >= 128]
     assert {(v.dtype, v.head_dim) for v in drop} == {(t, d) for t in (torch.float16, torch.bfloat16) for d in (128, 256)}
     assert all(v.table_key == (v.kernel, v.dtype, v.head_dim, v.gqa, "drop") for v in drop)
-    assert all(len(v.table_key) == 4 for v in VARIANTS if v not in drop)
+    long = [v for v in VARIANTS if v.long]
+    assert {(v.dtype, v.head_dim, v.flags) for v in long} == {(t, 128, HASH_CAUSAL) for t in (torch.float16, torch.bfloat16)}
+    assert all(v.table_key == (v.kernel, v.dtype, v.head_dim, v.gqa, "long") for v in long)
+    assert all(not v.constexprs()["SINGLE_LOOP"] and v.constexprs().get("DP_FIRST", True) for v in long)
+    assert all(len(v.table_key) == 4 for v in VARIANTS if v not in drop and v not in long)
 
 
 def test_candidate_variants_apply_the_override_to_each_kernel():

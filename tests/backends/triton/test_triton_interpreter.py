@@ -130,20 +130,40 @@ def test_bucket_groups_take_their_own_forward_tile(monkeypatch):
             assert widths and set(widths) == {width}, (spec, widths)
 
 
-@pytest.mark.parametrize("dp_first", [1, 2])
-def test_dp_first_reorders_dkdv_and_keeps_the_result(monkeypatch, dp_first):
-    """``dp_first`` issues the dK/dV kernel's dP product before the exponentials: 1 in groups
-    without a bucket predicate, 2 in every group. The launches show where it is on, and the
-    results (GQA, bucket and drop predicates, three-phase loops) match the reference."""
+@pytest.mark.parametrize("dp_first, single, hash_on", [(1, 1, False), (2, 1, True), (1, 0, True)])
+def test_dp_first_reorders_dkdv_and_keeps_the_result(monkeypatch, dp_first, single, hash_on):
+    """``dp_first`` issues the dK/dV kernel's dP product before the exponentials: 1 where a
+    group's segments run three loops (a drop group; a bucket group only without ``single_loop``),
+    2 in every group. The launches show where it is on, and the results (GQA, bucket and drop
+    predicates) match the reference."""
     seen = _launch_constants(monkeypatch, "_attn_bwd_dkdv", "DP_FIRST")
     g = torch.Generator().manual_seed(7)
     q = torch.randn((1, 4, 120, 16), generator=g)
     k, v = (torch.randn((1, 2, 120, 16), generator=g) for _ in range(2))
-    with override_config(dp_first=dp_first, single_loop=0):
-        for spec, on in ((ts.Hash(buckets=3), dp_first == 2), (ts.QKDrop(keep=0.6), True)):
+    with override_config(dp_first=dp_first, single_loop=single):
+        for spec, on in ((ts.Hash(buckets=3), hash_on), (ts.QKDrop(keep=0.6), True)):
             seen.clear()
             assert_equivalent(ts.compile(spec, backend="triton"), q, k, v)
             assert seen and set(seen) == {on}, (spec, seen)
+
+
+@pytest.mark.parametrize("rows, long", [(60, True), (70, False)])
+def test_long_bucket_segments_run_three_loops(monkeypatch, rows, long):
+    """``long_segment_rows``: a bucket group whose mean segment (130 rows / 2 buckets = 65) holds
+    at least that many rows runs three loops, with dP first (``dp_first=1``), and one masked
+    loop otherwise; a drop group runs three loops either way. The launches show it, and the
+    results match the reference."""
+    loops = _launch_constants(monkeypatch, "_attn_bwd_dq", "SINGLE_LOOP")
+    order = _launch_constants(monkeypatch, "_attn_bwd_dkdv", "DP_FIRST")
+    g = torch.Generator().manual_seed(8)
+    q = torch.randn((1, 4, 130, 16), generator=g)
+    k, v = (torch.randn((1, 2, 130, 16), generator=g) for _ in range(2))
+    with override_config(single_loop=1, dp_first=1, long_segment_rows=rows):
+        for spec, three in ((ts.Hash(buckets=2), long), (ts.QKDrop(keep=0.6), True)):
+            loops.clear()
+            order.clear()
+            assert_equivalent(ts.compile(spec, backend="triton"), q, k, v)
+            assert set(loops) == {not three} and set(order) == {three}, (spec, loops, order)
 
 
 def test_noncontiguous_inputs():

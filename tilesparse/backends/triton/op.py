@@ -26,11 +26,13 @@ __all__ = [
     "TileConfig",
     "compiled_kernel_count",
     "dp_first",
+    "long_segments",
     "forward_tile",
     "interpreting",
     "launch_fwd",
     "override_config",
     "parse_overrides",
+    "single_loop",
     "sparse_attention",
     "tile_config",
 ]
@@ -69,7 +71,10 @@ class TileConfig:
     # per segment in groups with a bucket predicate (short segments); 2: one loop everywhere
     bucket_fwd_n: int = 0  # the forward's key tile width in groups with a bucket predicate (0: fwd_n)
     dp_first: int = 0  # dK/dV: dP's product issued before the probabilities' exponentials, so that
-    # they overlap; 0: nowhere, 1: in groups without a bucket predicate (long segments), 2: everywhere
+    # they overlap; 0: nowhere, 1: where a group's segments run three loops (the unmasked one is
+    # where they overlap), 2: everywhere
+    long_segment_rows: int = 0  # with single_loop=1: a bucket group whose mean segment holds at
+    # least this many rows (min(Tq, Tk) x keep / buckets) runs three loops after all (0: never)
 
     def forward_tile(self, same_bucket: bool) -> int:
         """The forward kernel's key tile width for a group with (or without) a bucket predicate."""
@@ -107,10 +112,12 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         # Hash(16) within 1% (sweep_kernels_h200.json, single_loop rows); there 32-wide forward
         # tiles, which compile without the 64-wide ones' in-loop spills: the Hash(16) / Hash(64)
         # forward 9% / 16% faster at T=32k, QKDrop's 23% slower (sweep_kernels_h200.json, round 4)
-        # dP first in the dK/dV kernel of groups without a bucket predicate: QKDrop's dK/dV 5-7% faster
-        # at T=32k, Hash(16)'s 4% slower (round 8)
+        # dP first in the dK/dV kernel of groups that run three loops: QKDrop's dK/dV 5-7% faster at
+        # T=32k; in one masked loop 4% slower (Hash(16), round 8). Bucket segments of 2,048 rows or
+        # more run three loops: Hash(16) at 32k 8-10% faster (kernels, round 9), where Hash(64)'s
+        # 512-row segments are 3.5% slower that way and 1,024 rows about even (16k, single_loop rows)
         cfg = TileConfig(128, 64, 64, 32, 64, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1,
-                         bucket_fwd_n=32, dp_first=1)
+                         bucket_fwd_n=32, dp_first=1, long_segment_rows=2048)
     else:
         # 4 warps and 32x32 backward tiles: 2.8x faster than 8 warps with 16-wide tiles
         cfg = TileConfig(64, 32, 32, 32, 32, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2, dq_warps=4, dq_stages=2,
@@ -149,15 +156,28 @@ def predicate_flags(group: HeadGroup) -> dict:
     )
 
 
+def long_segments(g: PreparedGroup, cfg: TileConfig) -> bool:
+    """Whether group ``g``'s bucket segments are long enough for three loops
+    (``cfg.long_segment_rows``): decided from sizes and the spec alone, never from the data."""
+    rows = min(g.q_order.shape[-1], g.k_order.shape[-1]) * g.group.keep / max(g.group.buckets, 1)
+    return 0 < cfg.long_segment_rows <= rows
+
+
+def single_loop(cfg: TileConfig, same_bucket: bool, long: bool) -> bool:
+    """Whether a group's segments run as one masked loop (``cfg.single_loop``; ``long``: the
+    group's segments are long, :func:`long_segments`)."""
+    return cfg.single_loop == 2 or (cfg.single_loop == 1 and same_bucket and not long)
+
+
+def dp_first(cfg: TileConfig, single: bool) -> bool:
+    """Whether the dK/dV kernel issues dP first, for a group whose segments run as one loop or not."""
+    return cfg.dp_first == 2 or (cfg.dp_first == 1 and not single)
+
+
 def _flags(g: PreparedGroup, cfg: TileConfig) -> dict:
     flags = predicate_flags(g.group)
-    flags["SINGLE_LOOP"] = cfg.single_loop == 2 or (cfg.single_loop == 1 and flags["SAME_BUCKET"])
+    flags["SINGLE_LOOP"] = single_loop(cfg, flags["SAME_BUCKET"], long_segments(g, cfg))
     return flags
-
-
-def dp_first(cfg: TileConfig, same_bucket: bool) -> bool:
-    """Whether the dK/dV kernel of a group with (or without) a bucket predicate issues dP first."""
-    return cfg.dp_first == 2 or (cfg.dp_first == 1 and not same_bucket)
 
 
 def forward_tile(group: HeadGroup, cfg: TileConfig) -> int:
@@ -263,7 +283,7 @@ class _SparseAttention(torch.autograd.Function):
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
             Hg, T, Tk, n_kb, scale * LOG2E, scale, k_group, v_group,
             DKV_PER_QUERY_HEAD=not direct, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=g.k_ranges.shape[3],
-            DP_FIRST=dp_first(cfg, flags["SAME_BUCKET"]), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
+            DP_FIRST=dp_first(cfg, flags["SINGLE_LOOP"]), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
             **common, **flags,
         )  # fmt: skip
         if not direct:

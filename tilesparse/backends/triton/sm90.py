@@ -22,7 +22,7 @@ import torch
 from ...ir import KEY_SENTINEL, QUERY_SENTINEL
 from . import kernels
 from .launch import OPTIONS
-from .op import TileConfig, _block_d, _precision, dp_first, parse_overrides, tile_config
+from .op import TileConfig, _block_d, _precision, dp_first, parse_overrides, single_loop, tile_config
 
 __all__ = [
     "SHARED_LIMIT",
@@ -58,11 +58,12 @@ class Variant:
     cfg: TileConfig
     gqa: bool = False
     sanitize: bool = False  # the variant launched when the inputs hold an inf or NaN (nonfinite.py)
+    long: bool = False  # a bucket group with long segments (op.long_segments: three loops)
 
     def constexprs(self) -> dict:
         c = dict(HEAD_DIM=self.head_dim, BLOCK_D=_block_d(self.head_dim))
         c.update(MAX_SEG=16, PRECISION=_precision(self.dtype), **dict(self.flags))
-        c["SINGLE_LOOP"] = self.cfg.single_loop == 2 or (self.cfg.single_loop == 1 and c["SAME_BUCKET"])
+        c["SINGLE_LOOP"] = single_loop(self.cfg, c["SAME_BUCKET"], self.long)
         c["SANITIZE"] = self.sanitize
         if self.kernel == "fwd":
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.forward_tile(c["SAME_BUCKET"]))
@@ -70,7 +71,7 @@ class Variant:
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.dq_n)
         else:
             c.update(BLOCK_M=self.cfg.dkdv_m, BLOCK_N=self.cfg.block_k, DKV_PER_QUERY_HEAD=self.gqa,
-                     DP_FIRST=dp_first(self.cfg, c["SAME_BUCKET"]))
+                     DP_FIRST=dp_first(self.cfg, c["SINGLE_LOOP"]))
         return c
 
     @property
@@ -81,8 +82,9 @@ class Variant:
 
     @property
     def table_key(self) -> tuple:
-        """The compile test's spill-table key: (kernel, dtype, head dim, gqa), and "drop"."""
-        return (self.kernel, self.dtype, self.head_dim, self.gqa) + (("drop",) if self.drop else ())
+        """The compile test's spill-table key: (kernel, dtype, head dim, gqa), and "drop" or "long"."""
+        tag = ("drop",) if self.drop else ("long",) if self.long else ()
+        return (self.kernel, self.dtype, self.head_dim, self.gqa) + tag
 
     def launch(self) -> tuple[int, int]:
         if self.kernel == "fwd":
@@ -93,7 +95,7 @@ class Variant:
 
     def __str__(self) -> str:
         on = ",".join(k for k, v in self.flags if v) or "-"
-        extra = (" gqa" if self.gqa else "") + (" sanitize" if self.sanitize else "")
+        extra = (" gqa" if self.gqa else "") + (" long" if self.long else "") + (" sanitize" if self.sanitize else "")
         return f"{self.kernel} {_DTYPES[self.dtype]} D={self.head_dim} {on}{extra} {self.cfg}"
 
 
@@ -212,7 +214,8 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
     """Every kernel variant the backend launches on a GPU for these head dims and dtypes:
     each kernel for each flag combination the IR can produce (bf16, D=64), and each kernel
     for every (dtype, head dim) with the hash-causal flags (16-bit at D >= 128: the
-    drop-causal ones too, QKDrop's timed path); then the sanitizing variant
+    drop-causal ones too, QKDrop's timed path; where a configuration runs long bucket segments
+    in three loops, the hash-causal ones that way too, ``long``); then the sanitizing variant
     (``sanitize``, launched only for inputs holding an inf or NaN) of each of those, but fp32
     at D >= 128 (the slowest to compile; the same code as the others)."""
     cuda = torch.device("cuda")
@@ -235,6 +238,8 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
             # the drop flags too where the benchmarks time QKDrop (16-bit, D >= 128)
             flag_sets = (HASH_CAUSAL, DROP_CAUSAL) if dtype != torch.float32 and d >= 128 else (HASH_CAUSAL,)
             out += _kernels(dtype, d, flag_sets, cfg)
+            if cfg.single_loop == 1 and cfg.long_segment_rows:  # long bucket segments run three loops
+                out += [replace(v, long=True) for v in _kernels(dtype, d, (HASH_CAUSAL,), cfg)]
     out += [replace(v, sanitize=True) for v in out if not (v.dtype == torch.float32 and v.head_dim >= 128)]
     return list(dict.fromkeys(out))
 

@@ -239,13 +239,18 @@ def max_err(got, want) -> float:
     return max((a.float() - b.float()).abs().max().item() for a, b in zip(got, want, strict=True))
 
 
+def with_grads(out, inputs, go) -> tuple:
+    """A call's output ``out`` and the gradients of its ``inputs`` under ``go`` (one call)."""
+    return (out.detach(), *torch.autograd.grad(out, inputs, go))
+
+
 def probe_replay(spec, q, k, v, go, dec, eager_fwd, device, calls) -> dict:
     """The calls of :func:`probe_pattern` on an op compiled with ``cuda_graphs=True``."""
     op = ts.compile(spec, causal=True, backend="triton", cuda_graphs=True)
     fwd = lambda: op(q, k, v, decisions=dec)  # noqa: E731
     fwd_bwd = lambda: torch.autograd.grad(op(q, k, v, decisions=dec), (q, k, v), go)  # noqa: E731
     fwd_decide = lambda: op(q, k, v)  # noqa: E731
-    want = (eager_fwd(), *torch.autograd.grad(eager_fwd(), (q, k, v), go))
+    want = with_grads(eager_fwd(), (q, k, v), go)
     got = (fwd().detach(), *fwd_bwd())
     rows = {"replay_max_err": max_err(got, want)}
     for label, fn in (("replay_fwd", fwd), ("replay_fwd_bwd", fwd_bwd), ("replay_fwd_decide", fwd_decide)):
@@ -271,7 +276,7 @@ def probe_graphed(call, q, k, v, go, device, calls) -> dict:
     fresh = tuple(t.detach().clone().requires_grad_(True) for t in (q, k, v))  # a step's new tensors
     fwd = lambda: graphed(*fresh)  # noqa: E731
     fwd_bwd = lambda: torch.autograd.grad(graphed(*fresh), fresh, go)  # noqa: E731
-    want = (call(*fresh), *torch.autograd.grad(call(*fresh), fresh, go))
+    want = with_grads(call(*fresh), fresh, go)
     got = (graphed(*fresh).detach().clone(), *fwd_bwd())
     rows = {"graphed_max_err": max_err(got, want)}
     return {**rows, **host_and_sync("graphed_fwd", fwd, calls, device), **host_and_sync("graphed_fwd_bwd", fwd_bwd, calls, device)}

@@ -1,10 +1,13 @@
 """GPU time per kernel of one index build (``attn.prepare``, decisions given) at the model shape
-(B=1, H=32, Hkv=8, D=128), Triton's builder (backend="triton") against the automatic plan's,
-from the profiler; printed and written as JSON lines. ``--sort-rows`` and ``--one-hot-cats``
-set Triton's counting sort's chunk size and where it ranks by a one-hot tile instead of sorting
+(B=1, H=32, Hkv=8, D=128; ``--shape B,H,Hkv,D`` and ``--ts`` for others), Triton's builder
+(backend="triton") against the automatic plan's, from the profiler, with the GPU time of a whole
+forward call by kernel (``fwd_kernels_ms``: the attention kernel and the rest) and its time by
+``do_bench`` (``fwd_ms``); printed and written as JSON lines. ``--sort-rows`` and
+``--one-hot-cats`` set Triton's counting sort's chunk size and where it ranks by a one-hot tile instead of sorting
 (index._SORT_ROWS, index._ONE_HOT_CATS), timing Triton's builder alone.
 
     python3 benchmarks/results/logs/index_kernels.py OUT.jsonl [--sort-rows N] [--one-hot-cats N]
+        [--shape B,H,Hkv,D] [--ts T,T]
 """
 
 import argparse
@@ -13,6 +16,7 @@ import sys
 from pathlib import Path
 
 import torch
+import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 
@@ -31,6 +35,8 @@ if __name__ == "__main__":
     p.add_argument("--sort-rows", type=int)
     p.add_argument("--one-hot-cats", type=int)
     p.add_argument("--specs", default="hash16,hash64")
+    p.add_argument("--shape", default="1,32,8,128", help="B,H,Hkv,D")
+    p.add_argument("--ts", default="32768,65536")
     args = p.parse_args()
     forced = args.sort_rows is not None or args.one_hot_cats is not None
     if args.sort_rows is not None:
@@ -39,10 +45,11 @@ if __name__ == "__main__":
         index._ONE_HOT_CATS = args.one_hot_cats
     index._static.cache_clear()
     rows = []
-    for T in (32768, 65536):
+    B, H, Hkv, D = (int(x) for x in args.shape.split(","))
+    for T in (int(t) for t in args.ts.split(",")):
         g = torch.Generator("cuda").manual_seed(0)
-        q = torch.randn((1, 32, T, 128), device="cuda", dtype=torch.bfloat16, generator=g)
-        k = torch.randn((1, 8, T, 128), device="cuda", dtype=torch.bfloat16, generator=g)
+        q = torch.randn((B, H, T, D), device="cuda", dtype=torch.bfloat16, generator=g)
+        k = torch.randn((B, Hkv, T, D), device="cuda", dtype=torch.bfloat16, generator=g)
         for name in args.specs.split(","):
             auto = ts.compile(SPECS[name], causal=True, validate=False)
             dec = auto.decide(q, k, generator=g)
@@ -52,10 +59,13 @@ if __name__ == "__main__":
                 plan = attn.plan(q, k, k, decisions=dec)
                 ms = kernel_ms(lambda attn=attn: attn.prepare(q, k, k, decisions=dec), iters=5, every=True)
                 kernels = {name: round(t, 4) for name, t in ms.items()}
-                row = {"T": T, "pattern": name, "backend": backend, "sort_rows": index._SORT_ROWS,
-                       "one_hot_cats": index._ONE_HOT_CATS,
+                fwd = kernel_ms(lambda attn=attn: attn(q, k, k, decisions=dec), iters=5)
+                fwd_ms = triton.testing.do_bench(lambda attn=attn: attn(q, k, k, decisions=dec), rep=100)
+                row = {"shape": [B, H, Hkv, D], "T": T, "pattern": name, "backend": backend,
+                       "sort_rows": index._SORT_ROWS, "one_hot_cats": index._ONE_HOT_CATS,
                        "builders": [a.builder.NAME if a.builder else None for a in plan.assignments],
-                       "total_ms": round(sum(kernels.values()), 4), "kernels_ms": kernels}  # fmt: skip
+                       "total_ms": round(sum(kernels.values()), 4), "kernels_ms": kernels, "fwd_ms": round(fwd_ms, 4),
+                       "fwd_kernels_ms": {name: round(t, 4) for name, t in fwd.items()}}  # fmt: skip
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -82,6 +82,8 @@ from tilesparse.backends.triton.versions import installed_triton, nearest_measur
 # segments run in three loops, dK/dV with dP first (TileConfig.long_segment_rows): with 3.6 the
 # forward has no in-loop spill, dQ 22 and dK/dV 63, and Hash(16) at T=32k ran 8-10% faster
 # that way than in one masked loop without them (kernels alone, sweep_kernels_h200.json round 9).
+# The D=64 "long" rows came with the same rule at D=64 (dP after; 2026-12-02): Hash(16) at T=32k
+# 8% faster in three loops (kernels alone, B=2 H=12, sweep_kernels_h200.json round 10).
 SPILL_TABLES = Path(__file__).with_name("loop_spills_sm90.json")
 
 
@@ -193,14 +195,18 @@ def test_spill_tables_keep_the_worst_flag_variant_per_key():
 def test_drop_and_long_variants_have_their_own_table_keys():
     """QKDrop's flags at D >= 128 (16-bit) are compiled beside the hash flags and held to counts
     of their own, so the hash variants keep theirs; so are the hash variants that long bucket
-    segments run in three loops (16-bit D=128, the configuration with ``long_segment_rows``)."""
+    segments run in three loops (16-bit D=64 and D=128, the configurations with
+    ``long_segment_rows``; dK/dV with dP first at D=128 only, as ``dp_first`` says there)."""
     drop = [v for v in VARIANTS if v.flags == DROP_CAUSAL and v.head_dim >= 128]
     assert {(v.dtype, v.head_dim) for v in drop} == {(t, d) for t in (torch.float16, torch.bfloat16) for d in (128, 256)}
     assert all(v.table_key == (v.kernel, v.dtype, v.head_dim, v.gqa, "drop") for v in drop)
     long = [v for v in VARIANTS if v.long]
-    assert {(v.dtype, v.head_dim, v.flags) for v in long} == {(t, 128, HASH_CAUSAL) for t in (torch.float16, torch.bfloat16)}
+    expected = {(t, d, HASH_CAUSAL) for t in (torch.float16, torch.bfloat16) for d in (64, 128)}
+    assert {(v.dtype, v.head_dim, v.flags) for v in long} == expected
     assert all(v.table_key == (v.kernel, v.dtype, v.head_dim, v.gqa, "long") for v in long)
-    assert all(not v.constexprs()["SINGLE_LOOP"] and v.constexprs().get("DP_FIRST", True) for v in long)
+    assert all(not v.constexprs()["SINGLE_LOOP"] for v in long)
+    dkdv = [v for v in long if v.kernel == "dkdv"]
+    assert dkdv and all(v.constexprs()["DP_FIRST"] == (v.head_dim == 128) for v in dkdv)
     assert all(len(v.table_key) == 4 for v in VARIANTS if v not in drop and v not in long)
 
 

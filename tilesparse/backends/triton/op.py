@@ -103,8 +103,12 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         # 4 warps beat 8 on the H200 for both passes, 64-key dK/dV blocks beat 128, and 64-key
         # dQ tiles beat 32 (benchmarks/results/probe_sweep_h200.json, sweep_kernels_h200.json);
         # 128-wide forward tiles outside bucket groups were 2-6% faster with Triton 3.6 (round 5)
-        # but compile with 100 in-loop spills on Triton 3.9, where nothing timed them: not taken
-        cfg = TileConfig(128, 64, 64, 64, 32, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1)
+        # but compile with 100 in-loop spills on Triton 3.9, where nothing timed them: not taken.
+        # Bucket segments of 2,048 rows or more run three loops (dP after): at D=64 Hash(16) at
+        # 32k 8% faster, at 131k 19% (kernels alone, round 10); head dims of 32 or less, not
+        # measured, keep one loop
+        cfg = TileConfig(128, 64, 64, 64, 32, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1,
+                         long_segment_rows=2048 if head_dim > 32 else 0)
     elif head_dim <= 128:
         # 4 warps everywhere, 64-wide forward tiles and 64x64 dK/dV tiles: forward+backward
         # kernels 2x faster than 8 warps with 32-wide tiles (sweep_kernels_h200.json)

@@ -29,6 +29,11 @@ SPECS = {"hash16": ts.Hash(buckets=16), "hash64": ts.Hash(buckets=64), "keep0.7"
          "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)])}  # fmt: skip
 
 
+def rounded(ms: dict[str, float]) -> dict[str, float]:
+    """Each kernel's ms to 4 decimals."""
+    return {kernel: round(t, 4) for kernel, t in ms.items()}
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("out", type=Path)
@@ -57,15 +62,16 @@ if __name__ == "__main__":
                 attn = auto if backend == "auto" else ts.compile(SPECS[name], causal=True, backend=backend,
                                                                  validate=False)  # fmt: skip
                 plan = attn.plan(q, k, k, decisions=dec)
-                ms = kernel_ms(lambda attn=attn: attn.prepare(q, k, k, decisions=dec), iters=5, every=True)
-                kernels = {name: round(t, 4) for name, t in ms.items()}
-                fwd = kernel_ms(lambda attn=attn: attn(q, k, k, decisions=dec), iters=5)
-                fwd_ms = triton.testing.do_bench(lambda attn=attn: attn(q, k, k, decisions=dec), rep=100)
+                prepare = lambda attn=attn: attn.prepare(q, k, k, decisions=dec)  # noqa: E731
+                call = lambda attn=attn: attn(q, k, k, decisions=dec)  # noqa: E731 - the forward call
+                kernels = rounded(kernel_ms(prepare, iters=5, every=True))
+                fwd_kernels = rounded(kernel_ms(call, iters=5))
+                fwd_ms = triton.testing.do_bench(call, rep=100)
                 row = {"shape": [B, H, Hkv, D], "T": T, "pattern": name, "backend": backend,
                        "sort_rows": index._SORT_ROWS, "one_hot_cats": index._ONE_HOT_CATS,
                        "builders": [a.builder.NAME if a.builder else None for a in plan.assignments],
                        "total_ms": round(sum(kernels.values()), 4), "kernels_ms": kernels, "fwd_ms": round(fwd_ms, 4),
-                       "fwd_kernels_ms": {name: round(t, 4) for name, t in fwd.items()}}  # fmt: skip
+                       "fwd_kernels_ms": fwd_kernels}  # fmt: skip
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))

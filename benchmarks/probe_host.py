@@ -27,6 +27,10 @@ microseconds. Stages, in the order a call runs them:
   each call signature once and replays it), and ``replay_max_err``, its difference from the
   eager call (decisions given).
 
+The op is compiled with ``backend="triton"`` (Triton's own index builder); ``--backend auto``
+lets the planner pick each group's index builder (CuPy's where its line prices lower), and every
+row names its plan's ``backends`` and ``index_builders``.
+
 SDPA's forward and forward+backward are measured for scale (eager and graphed). Shapes: B=1, H=16, D=64, T=4096
 and B=1, H=32, Hkv=8, D=128, T=4096 (bf16, causal); ``--shapes`` takes others as BxHxHkvxDxT.
 
@@ -161,8 +165,8 @@ def probe_pattern(name, spec, shape, args, device, counter) -> dict:
     q = torch.randn((B, H, T, D), device=device, dtype=dtype, generator=gen).requires_grad_(True)
     k, v = (torch.randn((B, Hkv, T, D), device=device, dtype=dtype, generator=gen).requires_grad_(True) for _ in range(2))
     go = torch.randn_like(q)
-    attn = ts.compile(spec, causal=True, backend="triton")
-    attn_nv = ts.compile(spec, causal=True, backend="triton", validate=False)
+    attn = ts.compile(spec, causal=True, backend=args.backend)
+    attn_nv = ts.compile(spec, causal=True, backend=args.backend, validate=False)
     dec = attn.decide(q, k)
     # a copy: decisions this op did not make, so a call checks them (what a caller's given ones cost)
     given = ts.Decisions(**{n: None if t is None else t.clone() for n, t in dec.items()})
@@ -184,6 +188,8 @@ def probe_pattern(name, spec, shape, args, device, counter) -> dict:
         rows["decision_checks_novalidate"] = t(lambda: attn_nv._decisions(inputs, given, None))
         rows["decide"] = t(lambda: attn._decide(inputs, None))
     plan = attn._plan(inputs, decides=False)
+    rows["backends"] = [a.backend.NAME for a in plan.assignments]
+    rows["index_builders"] = [a.builder.NAME if a.builder else None for a in plan.assignments]
 
     indexed = sorted({s.group for s in plan.steps if s.kind == "index"})
 
@@ -313,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated BxHxHkvxDxT")
     ap.add_argument("--patterns", default=",".join(PATTERNS), help=f"comma-separated, from {','.join(PATTERNS)}")
     ap.add_argument("--stat", default="mean", choices=("mean", "median"))
+    ap.add_argument("--backend", default="triton", choices=("triton", "auto"),
+                    help="the op's backend: triton (its own index builder) or auto (the planner picks the builder)")
     ap.add_argument("--graphed", action=argparse.BooleanOptionalAction, default=True,
                     help="also time the call replayed from CUDA graphs (torch.cuda.make_graphed_callables; GPU only)")
     ap.add_argument("--replay", action=argparse.BooleanOptionalAction, default=True,
@@ -352,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "triton": __import__("triton").__version__,
         "stub_kernels": stub,
+        "backend": args.backend,
         "calls": args.calls,
         "stat": args.stat,
         "dtype": "bfloat16",

@@ -43,7 +43,10 @@ def _chunking(draw, total: int):
     return sizes
 
 
-@settings(max_examples=40)
+# the same examples on every run (derandomize): a draw of many one-token steps through the
+# interpreter costs 20x a short one, and CI's time should not vary with it
+# (tests/gpu/test_decode_gpu.py checks decoding and chunks against the whole sequence at 32k)
+@settings(max_examples=30, derandomize=True, database=None)
 @given(data=st.data(), backend=st.sampled_from(["executor", "triton"]))
 def test_chunked_and_decoded_equal_the_whole_sequence(data, backend):
     B = data.draw(st.integers(1, 2))

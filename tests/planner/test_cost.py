@@ -31,6 +31,7 @@ def test_the_shipped_table_is_the_calibration_of_the_shipped_results():
     assert json.loads(json.dumps(table.to_dict()))["devices"] == shipped["devices"], (
         "costs.json is stale: run python -m tilesparse.planner.calibrate benchmarks/results/*.json"
     )
+    assert table.to_dict().get("index_host") == shipped.get("index_host"), "costs.json's index_host is priors.json's"
     assert shipped["meta"]["command"].startswith("python -m tilesparse.planner.calibrate")
 
 

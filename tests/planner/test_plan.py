@@ -322,6 +322,26 @@ def test_the_cheaper_index_builder_builds_another_backends_groups(index_builder)
     assert plan_of(ts.Hash(buckets=4)).assignments[0].index_costs == ()
 
 
+def test_a_builders_host_time_counts_in_its_price_and_in_the_floor(index_builder):
+    """``index_host``: a builder whose line is cheaper but whose launches cost the host more
+    loses where the sum is dearer; where it wins, the call's floor carries its host time."""
+    spec = lower(ts.Hash(buckets=4), causal=True)
+    base = index_table(torch=[1.0, 0.0], test_index=[0.2, 0.0]).to_dict()
+
+    def plan_with(host_ms: float):
+        costs = CostTable.from_dict({**base, "index_host": {"source": "a test", "cpu": {"test-index": host_ms}}})
+        assert costs.index_host_ms("cpu", "test-index") == host_ms and costs.index_host_ms("cpu", "torch") == 0.0
+        assert CostTable.from_dict(costs.to_dict()) == costs  # the JSON round trip keeps it and its source
+        return make_plan(spec, inputs(), has_decide=True, costs=costs).assignments[0]
+
+    dear = plan_with(0.9)  # 0.2 + 0.9 > 1.0
+    assert dear.builder is BUILDERS["torch"] and dear.index_costs == (("torch", 1.0), ("test-index", 1.1))
+    cheap = plan_with(0.5)  # 0.2 + 0.5 < 1.0
+    assert cheap.builder.NAME == "test-index" and cheap.index_costs == (("test-index", 0.7), ("torch", 1.0))
+    floor, work = cheap.split
+    assert floor == pytest.approx(dear.split[0] + 0.5) and work == pytest.approx(max(0.0, dear.split[1] - 0.8))
+
+
 def test_a_builder_hashes_the_lsh_decisions_when_that_is_cheaper(index_builder):
     spec = lower(ts.Hybrid(parts=[ts.Hash(buckets=4), ts.QKDrop(keep=0.5)]), causal=True)
     costs = index_table(torch=[0.5, 0.0], lsh=[0.3, 0.0], test_index=[0.5, 0.0], test_index_lsh=[0.6, 0.0])

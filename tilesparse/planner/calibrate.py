@@ -53,6 +53,9 @@ INDEX_PATHS = {
 # reference is the only automatic candidate: the executor and the interpreted Triton kernels
 # are models for tests, orders of magnitude slower, and have no entry.
 PRIORS: dict[str, dict[str, dict]] = json.loads(Path(__file__).with_name("priors.json").read_text())
+# and what an index builder's launches add to a call's host time beyond the Triton builder's
+# (its "source" says how it was measured): copied into the table as measured, not fitted
+INDEX_HOST: dict = PRIORS.pop("index_host", {})
 
 
 def points_of(data: dict) -> list[dict]:
@@ -195,7 +198,9 @@ def calibrate(paths: list[Path], log=print) -> tuple[CostTable, list[dict]]:
             a, b = sorted(y for _, y in xy)[len(xy) // 2], 0.0
         index[name] = Line(a, b)
     points = [p for pts in groups.values() for p in pts]
-    return CostTable(devices, meta, {"cuda": index} if index else {}), points
+    host = {dev: dict(v) for dev, v in INDEX_HOST.items() if dev != "source"}
+    table = CostTable(devices, meta, {"cuda": index} if index else {}, host, INDEX_HOST.get("source", ""))
+    return table, points
 
 
 def report(table: CostTable, points: list[dict]) -> list[str]:

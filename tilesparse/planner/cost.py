@@ -26,7 +26,11 @@ hashing fused into them) are priced apart from attention, with their own lines p
 ``index``: milliseconds of a build against rows, named by builder (``triton``, ``cupy``,
 ``torch``), ``cupy+lsh`` for the CuPy build hashing in its first launch and ``lsh`` for the
 op's ``lsh`` hashing alone (CuPy's one launch where it hashes, else the criterion's torch ops). They are fitted from the features benchmark's
-index rows (D = 128); the planner compares them to pick who builds a group's index.
+index rows (D = 128): each build timed alone, so a line holds its host time or its GPU time,
+whichever is longer. ``index_host`` adds what a builder's launches cost the host beyond the
+Triton builder's, whose launches the fitted floors already hold (CuPy's kernel arguments go
+through CuPy's launch path: measured from whole calls, interleaved). The planner prices each
+builder at its line plus that host time, and moves the host time into the call's floor.
 
 :func:`estimate_visited` is the planner's prior for the visited fraction before any decision
 exists; explain() shows it next to the fraction observed on real decisions.
@@ -182,6 +186,9 @@ class CostTable:
     devices: dict[str, dict[str, BackendCost]]
     meta: dict
     index: dict[str, dict[str, Line]] = field(default_factory=dict)  # device -> builder -> line over rows
+    # device -> builder -> host ms one build adds beyond the Triton builder's (in the floors)
+    index_host: dict[str, dict[str, float]] = field(default_factory=dict)
+    index_host_source: str = ""  # the measurement behind index_host
 
     def entry(self, device_type: str, backend: str) -> BackendCost | None:
         return self.devices.get(device_type, {}).get(backend)
@@ -189,6 +196,11 @@ class CostTable:
     def index_line(self, device_type: str, builder: str) -> Line | None:
         """ms of an index build by ``builder`` against rows (B x Hg x T / 1000), if measured."""
         return self.index.get(device_type, {}).get(builder)
+
+    def index_host_ms(self, device_type: str, builder: str) -> float:
+        """Host ms one build by ``builder`` adds to a call beyond the Triton builder's (whose
+        launches are part of the fitted floors); 0 where not measured."""
+        return self.index_host.get(device_type, {}).get(builder, 0.0)
 
     @staticmethod
     def from_dict(d: dict) -> CostTable:
@@ -199,7 +211,10 @@ class CostTable:
             dev: {n: Line(float(v[0]), float(v[1]) / 1000) for n, v in lines.items()}
             for dev, lines in d.get("index", {}).items()
         }
-        return CostTable(devices, dict(d.get("meta", {})), index)
+        host = dict(d.get("index_host", {}))
+        source = str(host.pop("source", ""))
+        host = {dev: {n: float(v) for n, v in per.items()} for dev, per in host.items()}
+        return CostTable(devices, dict(d.get("meta", {})), index, host, source)
 
     def to_dict(self) -> dict:
         out = {
@@ -211,6 +226,8 @@ class CostTable:
                 dev: {n: [_round(li.fixed_ms), _round(li.per_unit_ms * 1000)] for n, li in lines.items()}
                 for dev, lines in self.index.items()
             }
+        if self.index_host:
+            out["index_host"] = {"source": self.index_host_source, **self.index_host}
         return out
 
     @staticmethod

@@ -22,9 +22,10 @@ when the plan has several groups). For each group the planner
 
 Then, for a group whose backend reads index tensors, it picks the index builder
 (``tilesparse.backends.BUILDERS``; ``layout`` and ``ranges``), priced separately by the index
-lines of the cost model: the backend's own (``INDEX_BUILDER``: Triton's kernels, CuPy's, or
-the IR's torch code) or, with ``backend="auto"``, any other registered builder that can build
-the group and is cheaper. When the op makes the decisions itself with the ``lsh`` criterion,
+lines of the cost model plus the host time a builder's launches add (``index_host``: CuPy's
+launch path costs the host more than Triton's): the backend's own (``INDEX_BUILDER``: Triton's
+kernels, CuPy's, or the IR's torch code) or, with ``backend="auto"``, any other registered
+builder that can build the group and is cheaper. When the op makes the decisions itself with the ``lsh`` criterion,
 the builder that hashes its buckets (``lsh_hasher``: Triton's hashing kernel on CUDA; without
 Triton, CuPy where its kernel is faster than torch) may hash them as part of its build
 (``fused_hash``: CuPy in its first launch, Triton in a launch before its build), priced against
@@ -87,8 +88,9 @@ class Assignment:
     of a PerHead's dense group fused into this group's launch (run with one bucket and every
     token kept, which is exactly dense attention); ``builder`` the index builder (None when the
     backend reads no index tensors), ``fused_hash`` whether it hashes the op's ``lsh`` buckets
-    in its build, ``index_costs`` the estimated ms of every builder compared, cheapest first,
-    ``index_refused`` the other builders that cannot build the group, with their reasons.
+    in its build, ``index_costs`` the estimated ms of every builder compared (its index line
+    and the host time its launches add), cheapest first, ``index_refused`` the other builders
+    that cannot build the group, with their reasons.
     """
 
     group: HeadGroup
@@ -459,14 +461,15 @@ def _choose_builder(
     rows = shape_of(inputs, len(a.heads), a.group.causal is not None).row_units
     dev = inputs.device.type
 
-    def option(b: IndexBuilder) -> tuple[str, float, bool] | None:
-        """(the index line's name, estimated ms, hashes itself), or None when not priced."""
+    def option(b: IndexBuilder) -> tuple[str, float, bool, float] | None:
+        """(the index line's name, its estimated ms, hashes itself, the host ms its launches
+        add beyond the Triton builder's), or None when not priced."""
         fuses = b is hasher
         name = b.NAME + ("+lsh" if fuses else "")
         lines = [costs.index_line(dev, name)] + ([costs.index_line(dev, "lsh")] if hashing and not fuses else [])
         if any(line is None for line in lines):
             return None
-        return name, sum(line(rows) for line in lines), fuses
+        return name, sum(line(rows) for line in lines), fuses, costs.index_host_ms(dev, b.NAME)
 
     if backend != "auto":
         return replace(a, builder=own, fused_hash=own is hasher)
@@ -480,11 +483,14 @@ def _choose_builder(
     for order, b in others:
         if not reasons[b.NAME] and (o := option(b)) is not None:
             priced.append((o, order, b))
-    priced.sort(key=lambda p: (p[0][1], p[1]))
-    (_, ms, fuses), _, chosen = priced[0]
-    split = (a.split[0], max(0.0, a.split[1] - own_option[1] + ms))  # the build's estimate swapped
+    # a build's price: its line and its host time, both counted (a conservative sum: where the
+    # call is bound by the GPU the host time hides, and the lines differ by little there)
+    priced.sort(key=lambda p: (p[0][1] + p[0][3], p[1]))
+    (_, ms, fuses, host), _, chosen = priced[0]
+    # the build's estimate swapped in the work, its host time beyond the own builder's in the floor
+    split = (a.split[0] + host - own_option[3], max(0.0, a.split[1] - own_option[1] + ms))
     return replace(a, builder=chosen, fused_hash=fuses, split=split, index_refused=refused,
-                   index_costs=tuple((o[0], o[1]) for o, _, _ in priced))  # fmt: skip
+                   index_costs=tuple((o[0], o[1] + o[3]) for o, _, _ in priced))  # fmt: skip
 
 
 def _contract(graph: nx.DiGraph, group: int, stages: tuple[str, ...], backend: str) -> nx.DiGraph:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from .cost import COSTS_PATH, MODES, BackendCost, CostTable, Line, Shape
+from .cost import COSTS_PATH, MODES, BackendCost, CostTable, Line, Shape, index_host_of
 
 __all__ = ["INDEX_PATHS", "PRIORS", "calibrate", "index_points_of", "main", "points_of"]
 
@@ -198,9 +198,7 @@ def calibrate(paths: list[Path], log=print) -> tuple[CostTable, list[dict]]:
             a, b = sorted(y for _, y in xy)[len(xy) // 2], 0.0
         index[name] = Line(a, b)
     points = [p for pts in groups.values() for p in pts]
-    host = {dev: dict(v) for dev, v in INDEX_HOST.items() if dev != "source"}
-    table = CostTable(devices, meta, {"cuda": index} if index else {}, host, INDEX_HOST.get("source", ""))
-    return table, points
+    return CostTable(devices, meta, {"cuda": index} if index else {}, *index_host_of(INDEX_HOST)), points
 
 
 def report(table: CostTable, points: list[dict]) -> list[str]:

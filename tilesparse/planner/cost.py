@@ -211,10 +211,7 @@ class CostTable:
             dev: {n: Line(float(v[0]), float(v[1]) / 1000) for n, v in lines.items()}
             for dev, lines in d.get("index", {}).items()
         }
-        host = dict(d.get("index_host", {}))
-        source = str(host.pop("source", ""))
-        host = {dev: {n: float(v) for n, v in per.items()} for dev, per in host.items()}
-        return CostTable(devices, dict(d.get("meta", {})), index, host, source)
+        return CostTable(devices, dict(d.get("meta", {})), index, *index_host_of(d.get("index_host", {})))
 
     def to_dict(self) -> dict:
         out = {
@@ -233,6 +230,13 @@ class CostTable:
     @staticmethod
     def load(path: str | Path = COSTS_PATH) -> CostTable:
         return CostTable.from_dict(json.loads(Path(path).read_text()))
+
+
+def index_host_of(raw: dict) -> tuple[dict[str, dict[str, float]], str]:
+    """``index_host`` as costs.json and priors.json write it, ``{"source": ..., device:
+    {builder: ms}}``: (device -> builder -> ms, the source)."""
+    host = {dev: {n: float(v) for n, v in per.items()} for dev, per in raw.items() if dev != "source"}
+    return host, str(raw.get("source", ""))
 
 
 @functools.lru_cache(maxsize=1)

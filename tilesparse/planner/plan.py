@@ -25,12 +25,12 @@ Then, for a group whose backend reads index tensors, it picks the index builder
 lines of the cost model plus the host time a builder's launches add (``index_host``: CuPy's
 launch path costs the host more than Triton's): the backend's own (``INDEX_BUILDER``: Triton's
 kernels, CuPy's, or the IR's torch code) or, with ``backend="auto"``, any other registered
-builder that can build the group and is cheaper. When the op makes the decisions itself with the ``lsh`` criterion,
-the builder that hashes its buckets (``lsh_hasher``: Triton's hashing kernel on CUDA; without
-Triton, CuPy where its kernel is faster than torch) may hash them as part of its build
-(``fused_hash``: CuPy in its first launch, Triton in a launch before its build), priced against
-the criterion's own launch plus another build where the cost model has a line for it; a forced
-backend gets its own builder.
+builder that can build the group and is cheaper. When the op makes the decisions itself with
+the ``lsh`` criterion, the builder that hashes its buckets (``lsh_hasher``: Triton's hashing
+kernel on CUDA; without Triton, CuPy where its kernel is faster than torch) may hash them as
+part of its build (``fused_hash``: CuPy in its first launch, Triton in a launch before its
+build), priced against the criterion's own launch plus another build where the cost model has a
+line for it; a forced backend gets its own builder.
 
 A backend's and a builder's stage chains (``FUSIONS``) are contracted into one node of the
 graph each; every contraction is a recorded fusion. The graph's nodes, in a topological order, become the plan's

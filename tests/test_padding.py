@@ -36,7 +36,8 @@ def test_padding_and_documents_executor(data, causal, pad, docs):
     _check("executor", data, causal, pad, docs)
 
 
-@settings(max_examples=6)
+# derandomized: its time varied 40-54 s with the draw (CI's budget); the executor test above draws afresh
+@settings(max_examples=6, derandomize=True, database=None)
 @given(**CASES)
 def test_padding_and_documents_triton(data, causal, pad, docs):
     _check("triton", data, causal, pad, docs)

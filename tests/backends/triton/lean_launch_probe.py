@@ -7,7 +7,8 @@ A stand-in driver reports an sm_90 device and records the launcher's calls inste
 launching: the launcher itself is Triton's, the same object on both paths, so equal arguments
 mean the lean path launches what Triton would. The kernel has what the attention kernels
 have: tensors, specialized and ``do_not_specialize`` ints, a float, a bool, and compile-time
-parameters last, one of them left to its default.
+parameters last, one of them left to its default. Its tensors say they are on CUDA (a
+subclass), so that the lean launch hands the launcher their addresses, as it does on a GPU.
 """
 
 import json
@@ -69,6 +70,12 @@ def _axpb(X, Y, n, m, scale, flag, BLOCK: tl.constexpr, SHIFT: tl.constexpr = 0)
     tl.store(Y + offs, x + m + SHIFT, mask=offs < n)
 
 
+class _OnCuda(torch.Tensor):
+    """A CPU tensor that reports being on CUDA (``is_cuda``): the lean path passes its address."""
+
+    is_cuda = True
+
+
 def _encode(args: tuple) -> list:
     """JSON-able arguments: tensors by address, hook chains by how many hooks they hold."""
     out = []
@@ -88,7 +95,7 @@ def _encode(args: tuple) -> list:
 
 if __name__ == "__main__":
     driver.set_active(_Sm90Driver())
-    x, y = torch.zeros(256), torch.zeros(256)
+    x, y = (torch.zeros(256).as_subclass(_OnCuda) for _ in range(2))
     args = (x, y, 200, 7, 0.5, True)
     _axpb[(3, 2)](*args, BLOCK=128, num_warps=4)
     (normal,) = _calls

@@ -79,6 +79,35 @@ def test_a_hit_launches_the_compiled_kernel_with_the_arguments_in_order():
     assert (k.hits, k.misses) == (1, 1)
 
 
+class _OnCuda(torch.Tensor):
+    """A CPU tensor that reports being on CUDA (``is_cuda``)."""
+
+    is_cuda = True
+
+
+def test_a_hit_hands_the_launcher_cuda_tensors_as_their_addresses_and_others_as_themselves():
+    """Triton's launcher takes an int pointer as it is and asks the driver about a tensor's
+    address per launch; a tensor not on CUDA stays a tensor, so that the launcher checks it."""
+    fn = _Kernel(names=("X", "Y", "n", "BLOCK"), constexprs=(3,))
+    k = _lean(fn)
+    x, y = torch.zeros(8).as_subclass(_OnCuda), torch.zeros(8)
+    k[(1,)](x, y, 5, BLOCK=32)
+    k[(1,)](x, y, 5, BLOCK=32)
+    assert fn.log[0][2] == (x, y, 5)  # a miss compiles from the tensors themselves
+    kind, a = fn.log[1]
+    assert kind == "lean" and a[9:] == (x.data_ptr(), y, 5, 32) and type(a[9]) is int
+
+
+def test_tensors_after_scalars_are_handed_over_in_place():
+    fn = _Kernel(names=("n", "X", "scale", "BLOCK"), constexprs=(3,))
+    k = _lean(fn)
+    x = torch.zeros(8).as_subclass(_OnCuda)
+    for n in (5, 5, 21):
+        k[(1,)](n, x, 0.5, BLOCK=32)
+    assert [e[0] for e in fn.log] == ["normal", "lean", "lean"]
+    assert fn.log[1][1][9:] == (5, x.data_ptr(), 0.5, 32) and fn.log[2][1][9:] == (21, x.data_ptr(), 0.5, 32)
+
+
 @pytest.mark.parametrize(
     "first, second",
     [
@@ -87,6 +116,7 @@ def test_a_hit_launches_the_compiled_kernel_with_the_arguments_in_order():
         ((torch.zeros(8), 2), (torch.zeros(8), 1)),  # Triton makes a 1 a constant
         ((torch.zeros(8), 2), (torch.zeros(8), 32)),  # multiples of 16 are marked
         ((torch.zeros(8), 32), (torch.zeros(8), 2**32)),  # int64
+        ((torch.zeros(8), 1), (torch.zeros(8), True)),  # equal values, other types (the scalar memo)
     ],
 )
 def test_what_triton_specializes_on_compiles_again(first, second):
@@ -180,12 +210,15 @@ def test_the_key_is_at_least_as_fine_as_tritons():
 def test_a_lean_launch_hands_tritons_launcher_what_tritons_own_launch_does():
     """lean_launch_probe.py on the installed Triton (a kernel compiled for sm_90, a driver that
     records instead of launching): a lean launch passes the launcher the arguments of Triton's
-    own launch of the same call, but None for the launch metadata and the two hooks, where
-    Triton passes hook chains that hold no hook (so nothing calls either). That holds exactly
+    own launch of the same call, but each CUDA tensor as its address, and None for the launch
+    metadata and the two hooks, where Triton passes hook chains that hold no hook (so nothing
+    calls either). That holds exactly
     on the releases in LEAN_TRITON: a release where it holds and that is not listed fails here
     until it is recorded (the key test above runs on it too)."""
     r = run_compiling(str(Path(__file__).with_name("lean_launch_probe.py")))
     normal, got = r["normal"], r["lean"]
+    assert [a for a in normal if a[0] == "tensor"], normal  # the probe's tensors reach Triton's launcher
+    normal = [["int", a[1]] if a[0] == "tensor" else a for a in normal]  # the lean path: their addresses
     assert (r["hits"], r["calls"]) == (1, 3), r  # Triton's launch, the lean miss (Triton's), the lean hit
     hooks = [None, None, None]  # launch metadata, enter hook, exit hook: positions 6 to 8
     same = (len(got) == len(normal) and got[:6] == normal[:6] and got[9:] == normal[9:]

@@ -4,8 +4,9 @@ launch the cached compiled kernel directly.
 ``kernel[grid](...)`` spends 15-60 us of host time per launch before the driver sees it
 (binding the arguments, specializing each one, hashing the compile key, reading Triton's
 settings), as long as the kernels themselves take at small sizes. :class:`LeanKernel` keys its
-own cache by what Triton specializes on, computed in one pass over the arguments:
+own cache by what Triton specializes on (:func:`prepared`):
 
+- the arguments' types;
 - per tensor: its dtype and whether its address is 16-byte aligned;
 - per int: whether it is 1, whether it is a multiple of 16, and its range (int32, int64,
   uint64): Triton turns a 1 into a constant, marks multiples of 16 and types by range;
@@ -18,7 +19,8 @@ so the kernel a miss compiled through the normal path is the one a hit launches.
 process-wide compile settings (``triton.knobs``: debug, instrumentation) are not in it: they
 count when a kernel compiles, so set them before the first call. A hit calls
 the compiled kernel's launcher with the arguments in the kernel's order, as
-``JITFunction.run`` does after its own cache lookup.
+``JITFunction.run`` does after its own cache lookup, but each CUDA tensor as its address
+(:func:`prepared`): the launcher then skips its per-tensor driver query.
 
 The normal path stays where the lean one cannot stand in: under ``TRITON_INTERPRET=1`` (the
 CPU tests), with Triton's launch hooks set (profilers), on a kernel whose compile-time
@@ -30,6 +32,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from functools import reduce
+from operator import attrgetter, itemgetter, or_
 
 import torch
 import triton
@@ -37,7 +41,7 @@ from torch import Tensor
 
 from .versions import installed_triton
 
-__all__ = ["LEAN_TRITON", "OPTIONS", "LeanKernel", "arg_key", "lean", "lean_supported", "normal_launches"]
+__all__ = ["LEAN_TRITON", "OPTIONS", "LeanKernel", "arg_key", "lean", "lean_supported", "normal_launches", "prepared"]
 
 # (major, minor) of the Triton releases whose JITFunction.run / CompiledKernel.run this path
 # mirrors: on each, tests/backends/triton/test_lean_launch.py checks that a lean launch hands the
@@ -69,24 +73,92 @@ def _int_key(a: int) -> int:
     return key + (4 if a <= _I64_MAX else 8)
 
 
+def _scalar_key(a) -> object:
+    kind = type(a)
+    if kind is int:
+        return _int_key(a)
+    if kind is float:
+        return float
+    return (a,)  # bool or None: the value
+
+
+_SCALARS = (int, float, bool, type(None))
+_MEMO_MAX = 4096  # scalar tuples remembered per argument layout (sizes change rarely)
+
+
+def _picker(ix: list[int]) -> Callable[[Sequence], tuple]:
+    if not ix:
+        return lambda args: ()
+    if len(ix) == 1:
+        return lambda args, i=ix[0]: (args[i],)
+    return itemgetter(*ix)
+
+
+class _Layout:
+    """Where the tensors and the scalars sit in an argument list of given types, and the keys
+    of the scalar tuples seen in that layout (a launch site passes the same sizes and strides
+    call after call: their key is one dictionary lookup)."""
+
+    __slots__ = ("tensor_ix", "tensors", "scalars", "leading", "scalar_keys")
+
+    def __init__(self, kinds: tuple[type, ...]):
+        for k in kinds:
+            if not (issubclass(k, Tensor) or k in _SCALARS):
+                raise TypeError(f"lean launch: argument of type {k.__name__} is not a tensor, int, float, bool or None")
+        self.tensor_ix = [i for i, k in enumerate(kinds) if issubclass(k, Tensor)]
+        self.tensors = _picker(self.tensor_ix)
+        self.scalars = _picker([i for i, k in enumerate(kinds) if not issubclass(k, Tensor)])
+        self.leading = self.tensor_ix == list(range(len(self.tensor_ix)))  # tensors first, then scalars
+        self.scalar_keys: dict[tuple, tuple] = {}
+
+    def scalar_key(self, scalars: tuple) -> tuple:
+        key = self.scalar_keys.get(scalars)
+        if key is None:
+            if len(self.scalar_keys) >= _MEMO_MAX:
+                self.scalar_keys.clear()
+            key = self.scalar_keys[scalars] = tuple(map(_scalar_key, scalars))
+        return key
+
+
+_LAYOUTS: dict[tuple[type, ...], _Layout] = {}
+_data_ptr = Tensor.data_ptr
+_dtype = attrgetter("dtype")
+_on_cuda = attrgetter("is_cuda")
+
+
 def arg_key(args: Sequence) -> tuple:
-    """What Triton specializes a launch on, per runtime argument (see the module docstring).
-    Ints first: most arguments are strides and sizes."""
-    out = []
-    for a in args:
-        kind = type(a)
-        if kind is int:
-            out.append(_int_key(a))
-        elif isinstance(a, Tensor):
-            out.append(a.dtype)
-            out.append(a.data_ptr() % 16 == 0)
-        elif kind is float:
-            out.append(float)
-        elif a is None or kind is bool:
-            out.append((a,))
-        else:
-            raise TypeError(f"lean launch: argument of type {kind.__name__} is not a tensor, int, float, bool or None")
-    return tuple(out)
+    """What Triton specializes a launch on, per runtime argument (see the module docstring)."""
+    return prepared(args)[0]
+
+
+def prepared(args: Sequence) -> tuple[tuple, tuple]:
+    """:func:`arg_key` of ``args``, and ``args`` as a hit hands them to the launcher: each CUDA
+    tensor as its address. Triton's launcher takes an int for a pointer as it is, where for a
+    tensor it calls ``data_ptr()`` and asks the driver whether the address is device memory
+    (``cuPointerGetAttribute``), per tensor and launch; a tensor not on CUDA is passed as
+    itself, so that the launcher still checks it.
+
+    The key holds the arguments' types (their :class:`_Layout`, one per tuple of types), the
+    tensors' dtypes and 16-byte alignment (one ``True`` when all are aligned) and the scalars'
+    keys. Its loops run in C (``map``, ``itemgetter``), and the scalars' keys are remembered
+    per argument layout."""
+    kinds = tuple(map(type, args))
+    layout = _LAYOUTS.get(kinds)
+    if layout is None:
+        layout = _LAYOUTS[kinds] = _Layout(kinds)
+    tensors = layout.tensors(args)
+    scalars = layout.scalars(args)
+    addresses = tuple(map(_data_ptr, tensors))
+    aligned = True if not reduce(or_, addresses, 0) & 15 else tuple(a & 15 == 0 for a in addresses)
+    key = (layout, tuple(map(_dtype, tensors)), aligned, layout.scalar_key(scalars))
+    if not all(map(_on_cuda, tensors)):
+        addresses = tuple(a if t.is_cuda else t for a, t in zip(addresses, tensors, strict=True))
+    if layout.leading:
+        return key, addresses + scalars
+    run = list(args)
+    for i, a in zip(layout.tensor_ix, addresses, strict=True):
+        run[i] = a
+    return key, tuple(run)
 
 
 def _is_jit_function(fn) -> bool:
@@ -120,7 +192,7 @@ class LeanKernel:
 
     def __init__(self, fn, *, enabled: bool | None = None):
         self.fn = fn
-        self.cache: dict[tuple, object] = {}
+        self.cache: dict[tuple, tuple] = {}  # key -> (launcher, function, metadata, constants)
         self.hits = 0
         self.misses = 0
         names = list(getattr(fn, "arg_names", ()))
@@ -142,16 +214,18 @@ class LeanKernel:
     def __getitem__(self, grid: tuple[int, ...]):
         return lambda *args, **constants: self.launch(grid, args, constants)
 
-    def keyed(self, args: tuple) -> tuple | None:
-        """``arg_key(args)`` where a launch would compute it: launches of one argument list
-        with other constants (a launch pair) share it."""
-        return arg_key(args) if self.enabled and not _NORMAL[0] else None
+    def keyed(self, args: tuple) -> tuple[tuple, tuple] | None:
+        """:func:`prepared` ``(args)`` where a launch would compute it: launches of one argument
+        list with other constants (a launch pair) share it."""
+        return prepared(args) if self.enabled and not _NORMAL[0] else None
 
     def _normal(self, grid: tuple[int, ...], args: tuple, constants: dict):
         """Triton's own ``kernel[grid]`` launch (compiling on a miss), with :data:`OPTIONS`."""
         return self.fn[grid](*args, **constants, **OPTIONS)
 
-    def launch(self, grid: tuple[int, ...], args: tuple, constants: dict, args_key: tuple | None = None) -> None:
+    def launch(
+        self, grid: tuple[int, ...], args: tuple, constants: dict, keyed: tuple[tuple, tuple] | None = None
+    ) -> None:
         if not self.enabled or _NORMAL[0]:
             self._normal(grid, args, constants)
             return
@@ -160,24 +234,26 @@ class LeanKernel:
             self._normal(grid, args, constants)  # a profiler listens: its hooks see every launch
             return
         device = self._device()
-        key = (device, tuple(constants.items()), arg_key(args) if args_key is None else args_key)
-        compiled = self.cache.get(key)
-        if compiled is None:
+        args_key, run_args = prepared(args) if keyed is None else keyed
+        key = (device, tuple(constants.items()), args_key)
+        hit = self.cache.get(key)
+        if hit is None:
             self.misses += 1
             compiled = self._normal(grid, args, constants)
             if hasattr(compiled, "result"):
                 compiled = compiled.result()
-            self.cache[key] = compiled
+            # what a hit hands the launcher besides the grid, the stream and the arguments: the
+            # constants after them come from the key's constants (and the defaults), and the
+            # key's argument types fix the arity the normal path just checked
+            tail = tuple(constants[n] if n in constants else self.defaults[n] for n in self.const_names)
+            self.cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, tail)
             return
         self.hits += 1
-        if len(args) != self.n_runtime:
-            raise TypeError(f"{self.fn.__name__} takes {self.n_runtime} runtime arguments, got {len(args)}")
-        tail = tuple(constants[n] if n in constants else self.defaults[n] for n in self.const_names)
+        run, function, metadata, tail = hit
         g0 = grid[0]
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
-        stream = self._stream(device)
-        compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail)
+        run(g0, g1, g2, self._stream(device), function, metadata, None, None, None, *run_args, *tail)
 
 
 @contextlib.contextmanager

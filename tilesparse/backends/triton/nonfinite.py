@@ -30,8 +30,8 @@ def launch_pair(kernel, grid, *args, **kwargs) -> None:
     the same arguments, the flag among them: the second computes the outputs again only when
     the first stored a value that is not finite (or, for dK/dV, when the dQ kernel did, in
     which case the unchanged dK/dV variant stores nothing). The two launches share one reading
-    of the arguments' specialization key."""
+    of the arguments (their specialization key and addresses)."""
     launcher = lean(kernel)
-    args_key = launcher.keyed(args)
-    launcher.launch(grid, args, kwargs, args_key)
-    launcher.launch(grid, args, {**kwargs, "SANITIZE": True}, args_key)
+    keyed = launcher.keyed(args)
+    launcher.launch(grid, args, kwargs, keyed)
+    launcher.launch(grid, args, {**kwargs, "SANITIZE": True}, keyed)

@@ -98,6 +98,14 @@ def test_a_hit_hands_the_launcher_cuda_tensors_as_their_addresses_and_others_as_
     assert kind == "lean" and a[9:] == (x.data_ptr(), y, 5, 32) and type(a[9]) is int
 
 
+def test_a_runtime_argument_given_by_name_is_a_clear_error():
+    """The lean path takes runtime arguments in order: one left to a keyword would shift the
+    launcher's arguments on a hit, so the miss refuses it."""
+    k = _lean(_Kernel())
+    with pytest.raises(TypeError, match="takes 3 runtime arguments, got 2"):
+        k[(1,)](torch.zeros(8), 5, scale=0.5, BLOCK=32)
+
+
 def test_tensors_after_scalars_are_handed_over_in_place():
     fn = _Kernel(names=("n", "X", "scale", "BLOCK"), constexprs=(3,))
     k = _lean(fn)

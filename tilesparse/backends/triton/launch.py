@@ -238,13 +238,14 @@ class LeanKernel:
         key = (device, tuple(constants.items()), args_key)
         hit = self.cache.get(key)
         if hit is None:
+            if len(args) != self.n_runtime:  # checked here only: a hit's key holds the arity
+                raise TypeError(f"{self.fn.__name__} takes {self.n_runtime} runtime arguments, got {len(args)}")
             self.misses += 1
             compiled = self._normal(grid, args, constants)
             if hasattr(compiled, "result"):
                 compiled = compiled.result()
             # what a hit hands the launcher besides the grid, the stream and the arguments: the
-            # constants after them come from the key's constants (and the defaults), and the
-            # key's argument types fix the arity the normal path just checked
+            # constants after them come from the key's constants (and the defaults)
             tail = tuple(constants[n] if n in constants else self.defaults[n] for n in self.const_names)
             self.cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, tail)
             return

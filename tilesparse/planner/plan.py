@@ -41,6 +41,7 @@ executes exactly these steps (``tilesparse.execute``) and ``describe()`` prints 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import networkx as nx
 
@@ -445,6 +446,22 @@ def _stage_graph(assignments: list[Assignment], has_decide: bool) -> tuple[nx.Di
     return graph, tuple(fusions)
 
 
+class _BuildOption(NamedTuple):
+    """One priced index builder: its index line's name and estimated ms, whether it hashes the
+    ``lsh`` buckets itself, and the host ms its launches add beyond the Triton builder's."""
+
+    name: str
+    line_ms: float
+    fuses: bool
+    host_ms: float
+
+    @property
+    def price(self) -> float:
+        # both counted (a conservative sum: where the call is bound by the GPU the host time
+        # hides, and the lines differ by little there)
+        return self.line_ms + self.host_ms
+
+
 def _choose_builder(
     a: Assignment, inputs: AttentionInputs, backend: str, costs: CostTable, lsh_decide: bool
 ) -> Assignment:
@@ -461,15 +478,14 @@ def _choose_builder(
     rows = shape_of(inputs, len(a.heads), a.group.causal is not None).row_units
     dev = inputs.device.type
 
-    def option(b: IndexBuilder) -> tuple[str, float, bool, float] | None:
-        """(the index line's name, its estimated ms, hashes itself, the host ms its launches
-        add beyond the Triton builder's), or None when not priced."""
+    def option(b: IndexBuilder) -> _BuildOption | None:
+        """``b`` priced, or None where the cost model has no line for it."""
         fuses = b is hasher
         name = b.NAME + ("+lsh" if fuses else "")
         lines = [costs.index_line(dev, name)] + ([costs.index_line(dev, "lsh")] if hashing and not fuses else [])
         if any(line is None for line in lines):
             return None
-        return name, sum(line(rows) for line in lines), fuses, costs.index_host_ms(dev, b.NAME)
+        return _BuildOption(name, sum(line(rows) for line in lines), fuses, costs.index_host_ms(dev, b.NAME))
 
     if backend != "auto":
         return replace(a, builder=own, fused_hash=own is hasher)
@@ -483,14 +499,12 @@ def _choose_builder(
     for order, b in others:
         if not reasons[b.NAME] and (o := option(b)) is not None:
             priced.append((o, order, b))
-    # a build's price: its line and its host time, both counted (a conservative sum: where the
-    # call is bound by the GPU the host time hides, and the lines differ by little there)
-    priced.sort(key=lambda p: (p[0][1] + p[0][3], p[1]))
-    (_, ms, fuses, host), _, chosen = priced[0]
+    priced.sort(key=lambda p: (p[0].price, p[1]))
+    best, _, chosen = priced[0]
     # the build's estimate swapped in the work, its host time beyond the own builder's in the floor
-    split = (a.split[0] + host - own_option[3], max(0.0, a.split[1] - own_option[1] + ms))
-    return replace(a, builder=chosen, fused_hash=fuses, split=split, index_refused=refused,
-                   index_costs=tuple((o[0], o[1] + o[3]) for o, _, _ in priced))  # fmt: skip
+    split = (a.split[0] + best.host_ms - own_option.host_ms, max(0.0, a.split[1] - own_option.line_ms + best.line_ms))
+    return replace(a, builder=chosen, fused_hash=best.fuses, split=split, index_refused=refused,
+                   index_costs=tuple((o.name, o.price) for o, _, _ in priced))  # fmt: skip
 
 
 def _contract(graph: nx.DiGraph, group: int, stages: tuple[str, ...], backend: str) -> nx.DiGraph:

@@ -70,7 +70,7 @@ def _axpb(X, Y, n, m, scale, flag, BLOCK: tl.constexpr, SHIFT: tl.constexpr = 0)
     tl.store(Y + offs, x + m + SHIFT, mask=offs < n)
 
 
-class _OnCuda(torch.Tensor):
+class OnCuda(torch.Tensor):
     """A CPU tensor that reports being on CUDA (``is_cuda``): the lean path passes its address."""
 
     is_cuda = True
@@ -95,7 +95,7 @@ def _encode(args: tuple) -> list:
 
 if __name__ == "__main__":
     driver.set_active(_Sm90Driver())
-    x, y = (torch.zeros(256).as_subclass(_OnCuda) for _ in range(2))
+    x, y = (torch.zeros(256).as_subclass(OnCuda) for _ in range(2))
     args = (x, y, 200, 7, 0.5, True)
     _axpb[(3, 2)](*args, BLOCK=128, num_warps=4)
     (normal,) = _calls

@@ -17,6 +17,7 @@ triton = pytest.importorskip("triton")
 from tilesparse.backends.triton.launch import LEAN_TRITON, OPTIONS, LeanKernel, arg_key, lean, lean_supported  # noqa: E402
 from tilesparse.backends.triton.versions import installed_triton  # noqa: E402
 
+from lean_launch_probe import OnCuda  # noqa: E402
 from sm90_child import run_compiling  # noqa: E402
 
 
@@ -79,18 +80,12 @@ def test_a_hit_launches_the_compiled_kernel_with_the_arguments_in_order():
     assert (k.hits, k.misses) == (1, 1)
 
 
-class _OnCuda(torch.Tensor):
-    """A CPU tensor that reports being on CUDA (``is_cuda``)."""
-
-    is_cuda = True
-
-
 def test_a_hit_hands_the_launcher_cuda_tensors_as_their_addresses_and_others_as_themselves():
     """Triton's launcher takes an int pointer as it is and asks the driver about a tensor's
     address per launch; a tensor not on CUDA stays a tensor, so that the launcher checks it."""
     fn = _Kernel(names=("X", "Y", "n", "BLOCK"), constexprs=(3,))
     k = _lean(fn)
-    x, y = torch.zeros(8).as_subclass(_OnCuda), torch.zeros(8)
+    x, y = torch.zeros(8).as_subclass(OnCuda), torch.zeros(8)
     k[(1,)](x, y, 5, BLOCK=32)
     k[(1,)](x, y, 5, BLOCK=32)
     assert fn.log[0][2] == (x, y, 5)  # a miss compiles from the tensors themselves
@@ -109,7 +104,7 @@ def test_a_runtime_argument_given_by_name_is_a_clear_error():
 def test_tensors_after_scalars_are_handed_over_in_place():
     fn = _Kernel(names=("n", "X", "scale", "BLOCK"), constexprs=(3,))
     k = _lean(fn)
-    x = torch.zeros(8).as_subclass(_OnCuda)
+    x = torch.zeros(8).as_subclass(OnCuda)
     for n in (5, 5, 21):
         k[(1,)](n, x, 0.5, BLOCK=32)
     assert [e[0] for e in fn.log] == ["normal", "lean", "lean"]

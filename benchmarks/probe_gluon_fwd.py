@@ -50,7 +50,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-LOG2E = 1.4426950408889634
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from tilesparse.backends.triton.op import LOG2E  # noqa: E402
+from tilesparse.backends.triton.sm90 import _signature, report  # noqa: E402
 
 
 @gluon.jit
@@ -69,12 +71,12 @@ def _issue_kv(k_buf, v_buf, t, hi, k_order, offs_r, seqlen_k, k_base, v_base, st
 
 
 @gluon.jit
-def _softmax_tile(s, m_i, l_i, q_pos, k_posp, n, hi_f0, f1, seqlen_k, qk_scale,
+def _softmax_tile(s, m_i, l_i, q_pos, k_posp, n, f0, f1, seqlen_k, qk_scale,
                   BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
     """Scale and (on masked tiles: outside [f0, f1)) mask a tile of scores; the online-softmax
     step: p, the row rescale alpha, and the new m_i, l_i."""
     qk = s * qk_scale
-    if (n < hi_f0) | (n >= f1):
+    if (n < f0) | (n >= f1):
         offs_n = n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         k_pos = gl.load(k_posp + offs_n, mask=offs_n < seqlen_k, other=1 << 30)
         keep = k_pos[None, :] <= q_pos[:, None]
@@ -232,35 +234,17 @@ def _gl_fwd(Q, K, V, O, LSE, Q_ORDER, Q_POS, K_ORDER, K_POS, RANGES, NSEG, HEAD_
              mask=mo_ok[:, None] & (offs_do[None, :] >= 0))
 
 
-def _signature(stride_names=True) -> tuple[dict, list]:
-    names = list(_gl_fwd.arg_names)
-    sig = {}
-    for nm in names:
-        if nm in ("Q", "K", "V", "O"):
-            sig[nm] = "*bf16"
-        elif nm == "LSE":
-            sig[nm] = "*fp32"
-        elif nm.isupper() and nm not in ("HEAD_DIM", "BLOCK_M", "BLOCK_N", "MAX_SEG", "STAGES", "OVERLAP"):
-            sig[nm] = "*i32"
-        elif nm == "qk_scale":
-            sig[nm] = "fp32"
-        elif nm in ("HEAD_DIM", "BLOCK_M", "BLOCK_N", "MAX_SEG", "STAGES", "OVERLAP", "num_warps"):
-            sig[nm] = "constexpr"
-        else:
-            sig[nm] = "i32"
-    return sig, names
-
-
 def compile_sm90(head_dim: int, block_n: int, stages: int, overlap: bool, max_seg: int = 1, num_warps: int = 8):
     """Compile the probe kernel for sm_90 without a GPU; returns Triton's compiled kernel."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    sig, names = _signature()
     const = {"HEAD_DIM": head_dim, "BLOCK_M": 128, "BLOCK_N": block_n, "MAX_SEG": max_seg, "STAGES": stages,
              "OVERLAP": overlap, "num_warps": num_warps}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, nm in enumerate(names) if sig[nm].startswith("*")
-             or nm.startswith("stride_")}
+    sig = _signature(_gl_fwd, "bf16", const)
+    # what a launch specializes on: 16-byte aligned tensors, strides that are multiples of 16
+    attrs = {(i,): [["tt.divisibility", 16]] for i, nm in enumerate(_gl_fwd.arg_names)
+             if sig[nm].startswith("*") or nm.startswith("stride_")}
     src = GluonASTSource(_gl_fwd, sig, const, attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
 
@@ -284,10 +268,7 @@ def gl_forward(q, k, v, g, scale: float, block_n: int, stages: int, overlap: boo
     return o, lse
 
 
-def _compile_report(args) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tilesparse.backends.triton.sm90 import report
-
+def _compile_report() -> int:
     for d, bn, st, ov, w in itertools.product((128, 64), (64, 128), (2, 3, 4), (False, True), (8, 4)):
         if ov and st < 4:
             continue
@@ -311,12 +292,11 @@ def main() -> int:
     ap.add_argument("--tag", default="probe_gluon_fwd")
     args = ap.parse_args()
     if args.compile:
-        return _compile_report(args)
+        return _compile_report()
 
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_models import PATTERNS, bf16_inputs, gpu_ms, run_header
 
     import tilesparse as ts
@@ -326,7 +306,11 @@ def main() -> int:
     dev = torch.device("cuda")
     res = run_header(rows=[])
     t0 = time.time()
-    table = []
+
+    def write() -> None:  # after every row: a run cut short keeps what it measured
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / f"{args.tag}.json").write_text(json.dumps(res, indent=1, default=str))
+
     for shape in args.shapes.split(";"):
         (B, H, Hkv, D, T), q, k, v, _ = bf16_inputs(shape)
         q, k, v = (t.detach() for t in (q, k, v))
@@ -335,7 +319,6 @@ def main() -> int:
             cudnn = gpu_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=Hkv != H))
         row = {"shape": [B, H, Hkv, D, T], "name": "cudnn", "fwd_ms": cudnn, "tflops": causal / cudnn / 1e9}
         res["rows"].append(row)
-        table.append(row)
         for pname in args.patterns.split(","):
             attn = ts.compile(PATTERNS[pname], causal=True, backend="triton")
             dec = attn.decide(q, k, generator=torch.Generator(dev).manual_seed(1))
@@ -344,15 +327,13 @@ def main() -> int:
             scale = D**-0.5
             o_ref = torch.empty((B, len(g.heads), T, D), dtype=q.dtype, device=dev)
             lse_ref = torch.empty((B, len(g.heads), T), dtype=torch.float32, device=dev)
-            fn = lambda: launch_fwd(q, k, v, o_ref, lse_ref, g, scale, cfg)  # noqa: E731
-            fn()
-            tri = gpu_ms(fn)
+            # its first call fills o_ref and lse_ref
+            tri = gpu_ms(lambda: launch_fwd(q, k, v, o_ref, lse_ref, g, scale, cfg))  # noqa: B023
             bn_tri = forward_tile(g.group, cfg)
             vis = tile_stats(g, block_n=bn_tri, exact=False)["visited"] * cfg.block_q * bn_tri
             row = {"shape": [B, H, Hkv, D, T], "name": f"{pname} triton", "fwd_ms": tri,
                    "tflops": 4 * D * vis / tri / 1e9, "block_n": bn_tri}  # fmt: skip
             res["rows"].append(row)
-            table.append(row)
             print(f"[{time.time() - t0:.0f}s] {row}", file=sys.stderr, flush=True)
             for var in args.variants.split(","):
                 bn, st, ov, w = (int(x) for x in (var + ":8").split(":")[:4])
@@ -370,15 +351,12 @@ def main() -> int:
                 except Exception as e:  # noqa: BLE001 - a variant that fails to compile or run
                     row["error"] = repr(e)[:600]
                 res["rows"].append(row)
-                table.append(row)
                 print(f"[{time.time() - t0:.0f}s] {row}", file=sys.stderr, flush=True)
-                Path(args.out).mkdir(parents=True, exist_ok=True)
-                (Path(args.out) / f"{args.tag}.json").write_text(json.dumps(res, indent=1, default=str))
+                write()
         del q, k, v
         torch.cuda.empty_cache()
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / f"{args.tag}.json").write_text(json.dumps(res, indent=1, default=str))
-    for r in table:
+    write()
+    for r in res["rows"]:
         if "error" in r:
             print(f"{r['shape']} {r['name']:32s} ERROR {r['error'][:200]}")
         else:

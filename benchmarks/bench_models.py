@@ -31,7 +31,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 import tilesparse as ts
-from tilesparse.backends.triton.op import tile_config
+from tilesparse.backends.triton.op import override_config, tile_config
 from tilesparse.bench.attention import forward_tiles, tile_area
 from tilesparse.bench.grid import PATTERNS as GRID_PATTERNS
 from tilesparse.ir import tile_stats
@@ -97,6 +97,29 @@ def kernel_ms(fn, iters: int = 3, every: bool = False) -> dict[str, float]:  # a
         name = key if every else next((k for k in ("_attn_fwd", "_attn_bwd_dq", "_attn_bwd_dkdv") if k in key), "other")
         out[name] = out.get(name, 0.0) + ms
     return out
+
+
+def probe_args(tag: str, variants: str, variants_help: str) -> argparse.Namespace:
+    """The command line of the kernel probes (probe_gluon_fwd.py, probe_gluon_bwd.py)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compile", action="store_true", help="compile for sm_90 only (no GPU): registers, spills, shared")
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--shapes", default="1,32,8,128,16384;1,32,8,128,32768")
+    ap.add_argument("--patterns", default="keep0.7,keep0.5")
+    ap.add_argument("--variants", default=variants, help=variants_help)
+    ap.add_argument("--tag", default=tag)
+    return ap.parse_args()
+
+
+def json_writer(out: str, tag: str, res: dict):
+    """A function that writes ``res`` to OUT/TAG.json: the probes call it after every row, so
+    that a run cut short keeps what it measured."""
+
+    def write() -> None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"{tag}.json").write_text(json.dumps(res, indent=1, default=str))
+
+    return write
 
 
 def run_header(**extra) -> dict:
@@ -169,13 +192,21 @@ def main() -> int:
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="B,H,Hkv,D,T;...")
     ap.add_argument("--patterns", default=DEFAULT_PATTERNS, help=f"from {sorted(PATTERNS)}, each optionally @backend")
     ap.add_argument("--tag", default="models", help="the JSON is bench_TAG.json")
+    ap.add_argument("--override", metavar="JSON", help="TileConfig fields for every launch, e.g. '{\"ws_dkdv\": 512}'")
     args = ap.parse_args()
     if args.table:
         print(table(json.loads(Path(args.table).read_text())))
         return 0
+    if args.override:
+        with override_config(**json.loads(args.override)):
+            return run(args)
+    return run(args)
+
+
+def run(args) -> int:
     t0 = time.time()
     res = run_header(timing="ms: back to back (do_bench median); sync_ms: synchronized after every call (median wall)",
-                     rows=[])  # fmt: skip
+                     override=json.loads(args.override) if args.override else None, rows=[])  # fmt: skip
     path = Path(args.out) / f"bench_{args.tag}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     for shape in args.shapes.split(";"):

@@ -17,6 +17,11 @@ ranges, output and lse. Two loop shapes:
   is issued before this tile's softmax, and this tile's P V is left running while the loop
   moves on; each product is waited for only where its result is read.
 
+And a warp-specialized kernel (variants ``ws:BLOCK_N:STAGES:COMPUTE_REGS[:OVERLAP[:PINGPONG]]``):
+a producer partition at few registers gathers K and V into the stages and hands each to two
+consumer warpgroups through mbarriers, so that the consumers never meet at a block barrier
+(``PINGPONG`` orders their products one after the other, as FlashAttention-3 does).
+
 Compile for sm_90 without a GPU (registers, spills, shared memory):
 
     python benchmarks/probe_gluon_fwd.py --compile
@@ -25,15 +30,15 @@ On a GPU, against the Triton forward on the same prepared group (outputs compare
 
     python3 benchmarks/probe_gluon_fwd.py --out DIR [--shapes 1,32,8,128,16384] [--patterns keep0.7]
 
-Gluon kernels run compiled only (not under ``TRITON_INTERPRET=1``). What runs 105 and 106
+Gluon kernels run compiled only (not under ``TRITON_INTERPRET=1``). Written for Triton 3.6: the
+kernels without warp specialization call ``gl.thread_barrier``, which 3.7 no longer has. What runs 105 and 106
 measured, and why the backend does not use it: docs/kernels.md, "The forward written in Gluon".
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
 import itertools
-import json
 import sys
 import time
 from pathlib import Path
@@ -45,12 +50,15 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     async_copy,
     fence_async_shared,
+    mbarrier,
     warpgroup_mma,
     warpgroup_mma_init,
     warpgroup_mma_wait,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from bench_models import probe_args  # noqa: E402
+
 from tilesparse.backends.triton.op import LOG2E  # noqa: E402
 from tilesparse.backends.triton.sm90 import _signature, report  # noqa: E402
 
@@ -234,19 +242,257 @@ def _gl_fwd(Q, K, V, O, LSE, Q_ORDER, Q_POS, K_ORDER, K_POS, RANGES, NSEG, HEAD_
              mask=mo_ok[:, None] & (offs_do[None, :] >= 0))
 
 
-def compile_sm90(head_dim: int, block_n: int, stages: int, overlap: bool, max_seg: int = 1, num_warps: int = 8):
-    """Compile the probe kernel for sm_90 without a GPU; returns Triton's compiled kernel."""
+# 12 warps at 168 registers fill an SM's 64K: the producer warpgroup gives its share to the consumers
+WS_MAXNREG = 168
+
+
+@gluon.jit
+def _segment_tiles(rng, s, BLOCK_N: gl.constexpr):
+    """Segment ``s``'s key tiles: [lo, hi), full in [f0, f1), the rest masked (as ``kernels._tiles``)."""
+    # the previous segment's end, read back (Triton 3.6 folds a carried scalar: kernels._tiles)
+    prev_hi = gl.cdiv(gl.load(rng + s * 4 - 1, mask=s > 0, other=0), BLOCK_N)
+    lo = gl.maximum(gl.load(rng + s * 4) // BLOCK_N, prev_hi)
+    hi = gl.maximum(gl.cdiv(gl.load(rng + s * 4 + 3), BLOCK_N), lo)
+    f0 = gl.minimum(gl.maximum(gl.cdiv(gl.load(rng + s * 4 + 1), BLOCK_N), lo), hi)
+    f1 = gl.minimum(gl.maximum(gl.load(rng + s * 4 + 2) // BLOCK_N, f0), hi)
+    return lo, hi, f0, f1
+
+
+@gluon.jit
+def _ws_load(a, HEAD_DIM: gl.constexpr, HALF: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+             OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NW: gl.constexpr):
+    """The producer partition (the default one, ``num_warps`` warps): gathers the block's Q rows
+    once, then each key tile's K and V rows into a ring of stages, each handed to the consumers
+    through an mbarrier that every producer thread's copies arrive on (``cp.async.mbarrier``)."""
+    (q_smem, k_smem, v_smem, q_bar, ready, empty, turn, q_base, k_base, v_base, o_base, LSE, Q_ORDER, Q_POS,
+     k_order, k_posp, rng, nseg, row_base, stride_qt, stride_kt, stride_vt, stride_ot, seqlen, seqlen_k, qk_scale,
+     m0) = a
+    TPW_D: gl.constexpr = HEAD_DIM // 8
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TPW_D, TPW_D], [NW, 1], [1, 0])
+    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld))
+    for half in gl.static_range(2):
+        offs_m = m0 + half * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, ld))
+        ok = offs_m < seqlen
+        rows = gl.load(Q_ORDER + row_base + offs_m, mask=ok, other=0)
+        q_ok = gl.load(Q_POS + row_base + offs_m, mask=ok, other=-1) >= 0
+        async_copy.async_copy_global_to_shared(q_smem.index(half),
+                                               q_base + rows.to(gl.int64)[:, None] * stride_qt + offs_d[None, :],
+                                               mask=q_ok[:, None])
+    async_copy.mbarrier_arrive(q_bar, increment_count=False)
+    offs_r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld))
+    c = 0
+    for s in range(nseg):
+        lo, hi, f0, f1 = _segment_tiles(rng, s, BLOCK_N)
+        for n in range(lo, hi):
+            stage = c % STAGES
+            mbarrier.wait(empty.index(stage), ((c // STAGES) & 1) ^ 1)
+            offs_n = n * BLOCK_N + offs_r
+            n_ok = offs_n < seqlen_k
+            r = gl.load(k_order + offs_n, mask=n_ok, other=0).to(gl.int64)[:, None]
+            async_copy.async_copy_global_to_shared(k_smem.index(stage), k_base + r * stride_kt + offs_d[None, :],
+                                                   mask=n_ok[:, None])
+            async_copy.async_copy_global_to_shared(v_smem.index(stage), v_base + r * stride_vt + offs_d[None, :],
+                                                   mask=n_ok[:, None])
+            async_copy.mbarrier_arrive(ready.index(stage), increment_count=False)
+            c += 1
+
+
+@gluon.jit
+def _take_turn(turn, half: gl.constexpr, t, PINGPONG: gl.constexpr):
+    """Pingpong: wait until the other consumer has issued its products (its ``t``-th turn)."""
+    if PINGPONG:
+        mbarrier.wait(turn.index(half), t & 1)
+    return t + 1
+
+
+@gluon.jit
+def _pass_turn(turn, half: gl.constexpr, PINGPONG: gl.constexpr):
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - half), count=1)
+
+
+@gluon.jit
+def _ws_compute(a, HEAD_DIM: gl.constexpr, HALF: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, half: gl.constexpr):
+    """A consumer partition (one warpgroup): rows ``half`` of the block. Per key tile: wait for its
+    stage, S = Q K^T, the online softmax, O += P V, then hand the stage back."""
+    (q_smem, k_smem, v_smem, q_bar, ready, empty, turn, q_base, k_base, v_base, o_base, LSE, Q_ORDER, Q_POS,
+     k_order, k_posp, rng, nseg, row_base, stride_qt, stride_kt, stride_vt, stride_ot, seqlen, seqlen_k, qk_scale,
+     m0) = a
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    dtype: gl.constexpr = q_smem.dtype
+    offs_ms = m0 + half * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, s_layout))
+    q_pos = gl.load(Q_POS + row_base + offs_ms, mask=offs_ms < seqlen, other=-1)
+    m_i = gl.full([HALF], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([HALF], gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([HALF, HEAD_DIM], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([HALF, BLOCK_N], gl.float32, layout=s_layout)
+    q_h = q_smem.index(half)
+    mbarrier.wait(q_bar, 0)
+    c = 0
+    t = 0
+    for s in range(nseg):
+        lo, hi, f0, f1 = _segment_tiles(rng, s, BLOCK_N)
+        if OVERLAP:
+            # FlashAttention-3's order within the warpgroup: tile n's S is issued before tile n - 1's
+            # P V, and tile n's softmax runs while that P V does (per segment: a prologue and a drain)
+            if hi > lo:
+                stage = c % STAGES
+                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
+                fence_async_shared()
+                t = _take_turn(turn, half, t, PINGPONG)
+                s_tok = warpgroup_mma(q_h, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False,
+                                      is_async=True)
+                _pass_turn(turn, half, PINGPONG)
+                s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
+                p, alpha, m_i, l_i = _softmax_tile(s_cur, m_i, l_i, q_pos, k_posp, lo, f0, f1, seqlen_k, qk_scale,
+                                                   BLOCK_N, s_layout)
+                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+                pv_stage = stage
+                c += 1
+                for n in range(lo + 1, hi):
+                    stage = c % STAGES
+                    mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
+                    fence_async_shared()
+                    p_op = gl.convert_layout(p.to(dtype), p_layout)
+                    t = _take_turn(turn, half, t, PINGPONG)
+                    s_tok = warpgroup_mma(q_h, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False,
+                                          is_async=True)
+                    acc = warpgroup_mma(p_op, v_smem.index(pv_stage), acc, is_async=True)
+                    _pass_turn(turn, half, PINGPONG)
+                    s_cur = warpgroup_mma_wait(1, deps=(s_tok,))  # products complete in issue order
+                    p, alpha, m_i, l_i = _softmax_tile(s_cur, m_i, l_i, q_pos, k_posp, n, f0, f1, seqlen_k,
+                                                       qk_scale, BLOCK_N, s_layout)
+                    acc = warpgroup_mma_wait(0, deps=(acc,))
+                    mbarrier.arrive(empty.index(pv_stage), count=1)
+                    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+                    pv_stage = stage
+                    c += 1
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                t = _take_turn(turn, half, t, PINGPONG)
+                acc = warpgroup_mma(p_op, v_smem.index(pv_stage), acc, is_async=True)
+                _pass_turn(turn, half, PINGPONG)
+                acc = warpgroup_mma_wait(0, deps=(acc,))
+                mbarrier.arrive(empty.index(pv_stage), count=1)
+        else:
+            for n in range(lo, hi):
+                stage = c % STAGES
+                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
+                fence_async_shared()  # the copies landed through the generic proxy; the products read async
+                t = _take_turn(turn, half, t, PINGPONG)
+                s_tok = warpgroup_mma(q_h, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False,
+                                      is_async=True)
+                _pass_turn(turn, half, PINGPONG)
+                s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
+                p, alpha, m_i, l_i = _softmax_tile(s_cur, m_i, l_i, q_pos, k_posp, n, f0, f1, seqlen_k, qk_scale,
+                                                   BLOCK_N, s_layout)
+                p = gl.convert_layout(p.to(dtype), p_layout)
+                acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+                t = _take_turn(turn, half, t, PINGPONG)
+                acc = warpgroup_mma(p, v_smem.index(stage), acc, is_async=True)
+                _pass_turn(turn, half, PINGPONG)
+                acc = warpgroup_mma_wait(0, deps=(acc,))
+                mbarrier.arrive(empty.index(stage), count=1)
+                c += 1
+    empty_rows = l_i == 0.0
+    l_safe = gl.where(empty_rows, 1.0, l_i)
+    lse = gl.where(empty_rows, float("inf"), m_i + gl.log2(l_safe))
+    gl.store(LSE + row_base + offs_ms, lse, mask=offs_ms < seqlen)
+    o = acc / gl.convert_layout(l_safe, gl.SliceLayout(1, o_layout))[:, None]
+    offs_mo = m0 + half * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, o_layout))
+    offs_do = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    mo_ok = offs_mo < seqlen
+    o_rows = gl.load(Q_ORDER + row_base + offs_mo, mask=mo_ok, other=0)
+    gl.store(o_base + o_rows.to(gl.int64)[:, None] * stride_ot + offs_do[None, :], o.to(dtype),
+             mask=mo_ok[:, None] & (offs_do[None, :] >= 0))
+
+
+@gluon.jit
+def _ws_compute0(a, HEAD_DIM: gl.constexpr, HALF: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                 OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NW: gl.constexpr):
+    _ws_compute(a, HEAD_DIM, HALF, BLOCK_N, STAGES, OVERLAP, PINGPONG, 0)
+
+
+@gluon.jit
+def _ws_compute1(a, HEAD_DIM: gl.constexpr, HALF: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                 OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, NW: gl.constexpr):
+    _ws_compute(a, HEAD_DIM, HALF, BLOCK_N, STAGES, OVERLAP, PINGPONG, 1)
+
+
+@gluon.jit
+def _gl_fwd_ws(Q, K, V, O, LSE, Q_ORDER, Q_POS, K_ORDER, K_POS, RANGES, NSEG, HEAD_MAP,
+               stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
+               stride_vb, stride_vh, stride_vt, stride_ob, stride_oh, stride_ot,
+               n_heads_g, seqlen, seqlen_k, n_blocks, qk_scale, k_group, v_group,
+               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, MAX_SEG: gl.constexpr,
+               STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, COMPUTE_REGS: gl.constexpr,
+               num_warps: gl.constexpr):
+    """The forward with warp specialization: a producer partition (``num_warps`` warps) gathers Q,
+    K and V; two consumer warpgroups, 64 query rows each, share every K and V stage and meet
+    neither each other nor the producer at a block barrier (mbarriers only)."""
+    sm_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    dtype: gl.constexpr = Q.dtype.element_ty
+    pid_m = gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    b = pid_bh // n_heads_g
+    hg = pid_bh % n_heads_g
+    h = gl.load(HEAD_MAP + hg)
+    q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M // 2, HEAD_DIM], sm_layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], sm_layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], sm_layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=num_warps * 32)  # every producer thread's copies arrive
+    if PINGPONG:  # the consumers take turns issuing their products; the first turn is the first one's
+        mbarrier.init(turn.index(0), count=1)
+        mbarrier.init(turn.index(1), count=1)
+        mbarrier.arrive(turn.index(0), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=num_warps * 32)
+        mbarrier.init(empty.index(i), count=2)  # one arrival per consumer warpgroup
+    a = (q_smem, k_smem, v_smem, q_bar, ready, empty, turn,
+         Q + b.to(gl.int64) * stride_qb + h.to(gl.int64) * stride_qh,
+         K + b.to(gl.int64) * stride_kb + (h // k_group).to(gl.int64) * stride_kh,
+         V + b.to(gl.int64) * stride_vb + (h // v_group).to(gl.int64) * stride_vh,
+         O + b.to(gl.int64) * stride_ob + hg.to(gl.int64) * stride_oh,
+         LSE, Q_ORDER, Q_POS,
+         K_ORDER + pid_bh.to(gl.int64) * seqlen_k, K_POS + pid_bh.to(gl.int64) * seqlen_k,
+         RANGES + (pid_bh.to(gl.int64) * n_blocks + pid_m) * (MAX_SEG * 4),
+         gl.load(NSEG + pid_bh.to(gl.int64) * n_blocks + pid_m), pid_bh.to(gl.int64) * seqlen,
+         stride_qt, stride_kt, stride_vt, stride_ot, seqlen, seqlen_k, qk_scale, pid_m * BLOCK_M)  # fmt: skip
+    # (the constexprs written out in each tuple: a tuple held in a variable turns them into tensors)
+    gl.warp_specialize([(_ws_load, (a, HEAD_DIM, BLOCK_M // 2, BLOCK_N, STAGES, OVERLAP, PINGPONG, num_warps)),
+                        (_ws_compute0, (a, HEAD_DIM, BLOCK_M // 2, BLOCK_N, STAGES, OVERLAP, PINGPONG, num_warps)),
+                        (_ws_compute1, (a, HEAD_DIM, BLOCK_M // 2, BLOCK_N, STAGES, OVERLAP, PINGPONG, num_warps))],
+                       [4, 4], [COMPUTE_REGS, COMPUTE_REGS])
+
+
+def compile_sm90(head_dim: int, block_n: int, stages: int, overlap: bool, max_seg: int = 1, num_warps: int = 8,
+                 ws_regs: int = 0, pingpong: bool = False):
+    """Compile the probe kernel for sm_90 without a GPU; returns Triton's compiled kernel. ``ws_regs``
+    > 0: the warp-specialized kernel, its consumers at that many registers (``overlap`` unused)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
+    fn = _gl_fwd_ws if ws_regs else _gl_fwd
     const = {"HEAD_DIM": head_dim, "BLOCK_M": 128, "BLOCK_N": block_n, "MAX_SEG": max_seg, "STAGES": stages,
-             "OVERLAP": overlap, "num_warps": num_warps}
-    sig = _signature(_gl_fwd, "bf16", const)
+             "num_warps": num_warps}
+    const["OVERLAP"] = overlap
+    if ws_regs:
+        const.update(COMPUTE_REGS=ws_regs, PINGPONG=pingpong)
+    sig = _signature(fn, "bf16", const)
     # what a launch specializes on: 16-byte aligned tensors, strides that are multiples of 16
-    attrs = {(i,): [["tt.divisibility", 16]] for i, nm in enumerate(_gl_fwd.arg_names)
+    attrs = {(i,): [["tt.divisibility", 16]] for i, nm in enumerate(fn.arg_names)
              if sig[nm].startswith("*") or nm.startswith("stride_")}
-    src = GluonASTSource(_gl_fwd, sig, const, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
+    src = GluonASTSource(fn, sig, const, attrs)
+    options = dict(num_warps=num_warps, maxnreg=WS_MAXNREG) if ws_regs else dict(num_warps=num_warps)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def gl_forward(q, k, v, g, scale: float, block_n: int, stages: int, overlap: bool, num_warps: int = 8):
@@ -268,6 +514,25 @@ def gl_forward(q, k, v, g, scale: float, block_n: int, stages: int, overlap: boo
     return o, lse
 
 
+def gl_forward_ws(q, k, v, g, scale: float, block_n: int, stages: int, compute_regs: int, overlap: bool = False,
+                  pingpong: bool = False):
+    """O and LSE of prepared group ``g`` by the warp-specialized probe kernel."""
+    B, H, T, D = q.shape
+    Hg = len(g.heads)
+    o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
+    n_blocks = g.q_ranges.shape[2]
+    assert g.block_q == 128, g.block_q
+    _gl_fwd_ws[(n_blocks, B * Hg)](
+        q, k, v, o, lse, g.q_order, g.q_pos, g.k_order, g.k_pos, g.q_ranges, g.q_nseg, g.head_map,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+        Hg, T, k.shape[2], n_blocks, scale * LOG2E, H // k.shape[1], H // v.shape[1],
+        HEAD_DIM=D, BLOCK_M=128, BLOCK_N=block_n, MAX_SEG=g.q_ranges.shape[3], STAGES=stages,
+        OVERLAP=overlap, PINGPONG=pingpong, COMPUTE_REGS=compute_regs, num_warps=4, maxnreg=WS_MAXNREG,
+    )  # fmt: skip
+    return o, lse
+
+
 def _compile_report() -> int:
     for d, bn, st, ov, w in itertools.product((128, 64), (64, 128), (2, 3, 4), (False, True), (8, 4)):
         if ov and st < 4:
@@ -278,26 +543,25 @@ def _compile_report() -> int:
                   f"loop spills {r.loop_spills} shared {r.shared}")  # fmt: skip
         except Exception as e:  # noqa: BLE001 - report and go on
             print(f"D={d} BLOCK_N={bn} STAGES={st} OVERLAP={ov} warps={w}: FAILED {type(e).__name__}: {str(e)[:1500]}")
+    for d, bn, st, regs, ov in itertools.product((128, 64), (64, 128), (2, 3, 4), (232, 224, 216), (False, True)):
+        try:
+            r = report(compile_sm90(d, bn, st, ov, num_warps=4, ws_regs=regs))
+            print(f"D={d} BLOCK_N={bn} STAGES={st} OVERLAP={ov} warp-specialized, consumers at {regs} registers: "
+                  f"stack {r.stack} loop spills {r.loop_spills} shared {r.shared}")  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - report and go on
+            print(f"D={d} BLOCK_N={bn} STAGES={st} ws {regs}: FAILED {type(e).__name__}: {str(e)[-1500:]}")
     return 0
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--compile", action="store_true", help="compile for sm_90 only (no GPU), print registers")
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--shapes", default="1,32,8,128,16384;1,32,8,128,32768")
-    ap.add_argument("--patterns", default="keep0.7,keep0.5")
-    ap.add_argument("--variants", default="64:2:0,64:3:0,64:3:1,64:4:1,128:2:0,128:3:1",
-                    help="BLOCK_N:STAGES:OVERLAP[:WARPS],...")  # fmt: skip
-    ap.add_argument("--tag", default="probe_gluon_fwd")
-    args = ap.parse_args()
+    args = probe_args("probe_gluon_fwd", "64:2:0,64:3:0,64:3:1,64:4:1,128:2:0,128:3:1",
+                      "BLOCK_N:STAGES:OVERLAP[:WARPS] or ws:BLOCK_N:STAGES:COMPUTE_REGS[:OVERLAP[:PINGPONG]],...")
     if args.compile:
         return _compile_report()
 
     import torch.nn.functional as F
+    from bench_models import PATTERNS, bf16_inputs, gpu_ms, json_writer, run_header
     from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from bench_models import PATTERNS, bf16_inputs, gpu_ms, run_header
 
     import tilesparse as ts
     from tilesparse.backends.triton.op import forward_tile, launch_fwd, tile_config
@@ -307,9 +571,7 @@ def main() -> int:
     res = run_header(rows=[])
     t0 = time.time()
 
-    def write() -> None:  # after every row: a run cut short keeps what it measured
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / f"{args.tag}.json").write_text(json.dumps(res, indent=1, default=str))
+    write = json_writer(args.out, args.tag, res)
 
     for shape in args.shapes.split(";"):
         (B, H, Hkv, D, T), q, k, v, _ = bf16_inputs(shape)
@@ -336,16 +598,22 @@ def main() -> int:
             res["rows"].append(row)
             print(f"[{time.time() - t0:.0f}s] {row}", file=sys.stderr, flush=True)
             for var in args.variants.split(","):
-                bn, st, ov, w = (int(x) for x in (var + ":8").split(":")[:4])
-                row = {"shape": [B, H, Hkv, D, T], "name": f"{pname} gluon n{bn} s{st} ov{ov} w{w}"}
+                if var.startswith("ws"):  # ws:BLOCK_N:STAGES:COMPUTE_REGS[:OVERLAP[:PINGPONG]]
+                    bn, st, regs, ov, pp = (int(x) for x in (var + ":0:0").split(":")[1:6])
+                    row = {"shape": [B, H, Hkv, D, T], "name": f"{pname} gluon-ws n{bn} s{st} r{regs} ov{ov} pp{pp}"}
+                    run = functools.partial(gl_forward_ws, q, k, v, g, scale, bn, st, regs, bool(ov), bool(pp))
+                else:
+                    bn, st, ov, w = (int(x) for x in (var + ":8").split(":")[:4])
+                    row = {"shape": [B, H, Hkv, D, T], "name": f"{pname} gluon n{bn} s{st} ov{ov} w{w}"}
+                    run = functools.partial(gl_forward, q, k, v, g, scale, bn, st, bool(ov), w)
                 try:
-                    o, lse = gl_forward(q, k, v, g, scale, bn, st, bool(ov), w)
+                    o, lse = run()
                     torch.cuda.synchronize()
                     fin = torch.isfinite(lse_ref)
                     row["max_diff_o"] = float((o.float() - o_ref.float()).abs().max())
                     row["max_diff_lse"] = float((lse[fin] - lse_ref[fin]).abs().max()) if fin.any() else 0.0
                     row["lse_inf_match"] = bool(torch.equal(torch.isinf(lse), torch.isinf(lse_ref)))
-                    ms = gpu_ms(lambda: gl_forward(q, k, v, g, scale, bn, st, bool(ov), w))  # noqa: B023
+                    ms = gpu_ms(run)
                     vis_g = tile_stats(g, block_n=bn, exact=False)["visited"] * 128 * bn
                     row.update(fwd_ms=ms, tflops=4 * D * vis_g / ms / 1e9, vs_triton=tri / ms)
                 except Exception as e:  # noqa: BLE001 - a variant that fails to compile or run

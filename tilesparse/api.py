@@ -501,6 +501,9 @@ class CompiledAttention:
         lines.append(plan.describe())
         copies = sorted({c for a in plan.assignments for c in a.backend.input_copies(inputs)})
         lines.append("input copies: " + ("; ".join(copies) if copies else "none (every input is read in place)"))
+        notes = list(dict.fromkeys(n for a in plan.assignments for n in a.backend.kernel_notes(inputs)))
+        if notes:
+            lines.append("kernels: " + "; ".join(notes))
         last = self._last
         prepared = self.prepare(q, k, v, decisions=decisions, generator=torch.Generator(q.device).manual_seed(0))
         for i, g in enumerate(prepared.groups):

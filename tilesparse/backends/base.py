@@ -80,6 +80,11 @@ class Backend(ABC):
         lists them); empty when every input is read in place."""
         return []
 
+    def kernel_notes(self, inputs: AttentionInputs) -> list[str]:
+        """Which kernels a call on ``inputs`` runs where the backend chooses among variants by
+        device and release (explain() lists them, with the reason a faster one is not taken)."""
+        return []
+
     @property
     def needs_prepare(self) -> bool:
         """Whether :meth:`attend` reads the prepared index tensors (dense backends do not)."""

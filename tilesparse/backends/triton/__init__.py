@@ -58,6 +58,16 @@ class TritonBackend(Backend):
         strided = [n for n, t in (("q", inputs.q), ("k", inputs.k), ("v", inputs.v)) if t.stride(-1) != 1]
         return [f"{n} (the kernels need unit stride along D; other strides are read in place)" for n in strided]
 
+    def kernel_notes(self, inputs: AttentionInputs) -> list[str]:
+        from .op import tile_config, ws_dkdv_reason
+
+        cfg = tile_config(inputs.head_dim, inputs.dtype, inputs.device)
+        reason = ws_dkdv_reason(inputs.q, cfg)
+        if reason is None:
+            return [f"triton dK/dV: the warp-specialized Gluon kernel (gluon_dkdv.py; in a group with buckets where "
+                    f"its segments hold {cfg.ws_dkdv} rows or more on average)"]
+        return [f"triton dK/dV: the Triton kernel (the warp-specialized one does not run: {reason})"]
+
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
         from .interpreter import patch_bf16_dot
         from .op import interpreting, sparse_attention, tile_config

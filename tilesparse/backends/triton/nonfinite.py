@@ -25,13 +25,19 @@ def new_flag(device: torch.device) -> Tensor:
     return torch.zeros(1, dtype=torch.int32, device=device)
 
 
-def launch_pair(kernel, grid, *args, **kwargs) -> None:
+def launch_pair(kernel, grid, *args, unchanged=None, **kwargs) -> None:
     """Launch ``kernel``'s unchanged variant, then its sanitizing one (``SANITIZE=True``) with
     the same arguments, the flag among them: the second computes the outputs again only when
     the first stored a value that is not finite (or, for dK/dV, when the dQ kernel did, in
     which case the unchanged dK/dV variant stores nothing). The two launches share one reading
-    of the arguments (their specialization key and addresses)."""
+    of the arguments (their specialization key and addresses).
+
+    ``unchanged``: a function of ``(grid, args)`` that stands in for the unchanged variant (a
+    kernel computing the same outputs under the same flag protocol: gluon_dkdv.py)."""
     launcher = lean(kernel)
     keyed = launcher.keyed(args)
-    launcher.launch(grid, args, kwargs, keyed)
+    if unchanged is None:
+        launcher.launch(grid, args, kwargs, keyed)
+    else:
+        unchanged(grid, args)
     launcher.launch(grid, args, {**kwargs, "SANITIZE": True}, keyed)

@@ -9,8 +9,10 @@ decisions every step reuse the compiled kernels.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -75,6 +77,12 @@ class TileConfig:
     # where they overlap), 2: everywhere
     long_segment_rows: int = 0  # with single_loop=1: a bucket group whose mean segment holds at
     # least this many rows (min(Tq, Tk) x keep / buckets) runs three loops after all (0: never)
+    ws_dkdv: int = 0  # > 0: dK/dV by the warp-specialized Gluon kernel where it can run
+    # (gluon_dkdv.unusable: Hopper, 16-bit, D = 64 or 128, a Triton it was checked on), in groups
+    # without a bucket predicate and in those whose mean bucket segment holds at least this many
+    # rows; its own tiles (gluon_dkdv.ws_config) replace dkdv_m and the bwd_* launch parameters
+    # there. 0 in every configuration until a GPU run committed to benchmarks/results/ checks and
+    # times it (docs/kernels.md); override_config(ws_dkdv=...) takes it meanwhile
 
     def forward_tile(self, same_bucket: bool) -> int:
         """The forward kernel's key tile width for a group with (or without) a bucket predicate."""
@@ -160,11 +168,15 @@ def predicate_flags(group: HeadGroup) -> dict:
     )
 
 
+def segment_rows(g: PreparedGroup) -> float:
+    """The mean rows of group ``g``'s bucket segments, min(Tq, Tk) x keep / buckets: from sizes
+    and the spec alone, never from the data."""
+    return min(g.q_order.shape[-1], g.k_order.shape[-1]) * g.group.keep / max(g.group.buckets, 1)
+
+
 def long_segments(g: PreparedGroup, cfg: TileConfig) -> bool:
-    """Whether group ``g``'s bucket segments are long enough for three loops
-    (``cfg.long_segment_rows``): decided from sizes and the spec alone, never from the data."""
-    rows = min(g.q_order.shape[-1], g.k_order.shape[-1]) * g.group.keep / max(g.group.buckets, 1)
-    return 0 < cfg.long_segment_rows <= rows
+    """Whether group ``g``'s bucket segments are long enough for three loops (``cfg.long_segment_rows``)."""
+    return 0 < cfg.long_segment_rows <= segment_rows(g)
 
 
 def single_loop(cfg: TileConfig, same_bucket: bool, long: bool) -> bool:
@@ -277,34 +289,72 @@ class _SparseAttention(torch.autograd.Function):
         direct = full and k_group == 1 and v_group == 1
         if direct:
             dk, dv = torch.empty_like(k), torch.empty_like(v)
-        else:
-            dk = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
-            dv = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
+        else:  # one fp32 buffer for both, summed into the kv heads at once below
+            dkv = torch.empty((2, B, Hg, Tk, D), dtype=torch.float32, device=q.device)
+            dk, dv = dkv.unbind(0)
         n_kb = g.k_ranges.shape[2]
+        max_seg = g.k_ranges.shape[3]
+        unchanged = None
+        if ws_dkdv(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
+            from . import gluon_dkdv
+
+            unchanged = functools.partial(gluon_dkdv.launch, head_dim=D, per_query_head=not direct, max_seg=max_seg,
+                                          flags=flags)
         launch_pair(
             kernels._attn_bwd_dkdv, (n_kb, B * Hg), q, k, v, do, dk, dv, lse, delta,
             g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.k_ranges, g.k_nseg, g.head_map, nonfinite,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
-            Hg, T, Tk, n_kb, scale * LOG2E, scale, k_group, v_group,
-            DKV_PER_QUERY_HEAD=not direct, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=g.k_ranges.shape[3],
+            Hg, T, Tk, n_kb, scale * LOG2E, scale, k_group, v_group, unchanged=unchanged,
+            DKV_PER_QUERY_HEAD=not direct, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=max_seg,
             DP_FIRST=dp_first(cfg, flags["SINGLE_LOOP"]), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
             **common, **flags,
         )  # fmt: skip
         if not direct:
-            in_order = tuple(g.heads) == tuple(range(H))
-            dk = _sum_into_heads(dk, g.head_map, k_group, k, in_order)
-            dv = _sum_into_heads(dv, g.head_map, v_group, v, in_order)
+            dk, dv = _sum_into_heads(dkv, g.head_map, k_group, v_group, k, v, tuple(g.heads) == tuple(range(H)))
         dq, dk, dv = first_order_only("triton", (dq, dk, dv), (q, k, v))
         return dq, dk, dv, None, None, None
 
 
-def _sum_into_heads(per_query_head: Tensor, head_map: Tensor, group: int, like: Tensor, in_order: bool) -> Tensor:
-    """Sum (B, Hg, Tk, D) per-query-head gradients into ``like``'s heads (fp32, then cast).
+def ws_dkdv(cfg: TileConfig, q: Tensor, g: PreparedGroup | None = None) -> bool:
+    """Whether dK/dV of a call on ``q`` runs the warp-specialized Gluon kernel (gluon_dkdv.py):
+    on this device and configuration, and for group ``g`` where given (``cfg.ws_dkdv``'s rule
+    on bucket segments)."""
+    if g is not None and g.group.has(SameBucket) and segment_rows(g) < cfg.ws_dkdv:
+        return False
+    return ws_dkdv_reason(q, cfg) is None
+
+
+def ws_dkdv_reason(q: Tensor, cfg: TileConfig) -> str | None:
+    """Why the warp-specialized dK/dV kernel does not run for a call on ``q`` (None: it does)."""
+    if interpreting():
+        return "Gluon kernels do not run under TRITON_INTERPRET=1"
+    if q.device.type != "cuda":
+        return "not on a CUDA device"
+    if not cfg.ws_dkdv:
+        return "off in the tile configuration of this head dim and dtype"
+    from . import gluon_dkdv
+
+    return gluon_dkdv.unusable(q, cfg.block_k)
+
+
+def _sum_into_heads(dkv: Tensor, head_map: Tensor, k_group: int, v_group: int, k: Tensor, v: Tensor,
+                    in_order: bool) -> tuple[Tensor, Tensor]:
+    """Sum (2, B, Hg, Tk, D) per-query-head gradients of K and V into ``k``'s and ``v``'s heads
+    (fp32, then cast).
 
     With every query head in order, kv head j's query heads are the consecutive j*group..:
     a strided sum over a view, several times faster than ``index_add_`` (one read of the
-    buffer instead of a scatter).
+    buffer instead of a scatter), and one sum and one cast for both where K and V share their
+    grouping and dtype.
     """
+    if in_order and k_group == v_group and k.dtype == v.dtype:
+        _, B, H, T, D = dkv.shape
+        both = dkv.view(2, B, H // k_group, k_group, T, D).sum(3).to(k.dtype)
+        return both.unbind(0)
+    return _sum_one(dkv[0], head_map, k_group, k, in_order), _sum_one(dkv[1], head_map, v_group, v, in_order)
+
+
+def _sum_one(per_query_head: Tensor, head_map: Tensor, group: int, like: Tensor, in_order: bool) -> Tensor:
     if in_order:
         B, H, T, D = per_query_head.shape
         return per_query_head.view(B, H // group, group, T, D).sum(2).to(like.dtype)
@@ -317,7 +367,11 @@ def compiled_kernel_count() -> int:
     """How many kernel binaries Triton has compiled in this process (0 in the interpreter):
     flat across calls with fresh decisions, or something recompiles every step."""
     total = 0
-    for fn in (kernels._attn_fwd, kernels._attn_bwd_dq, kernels._attn_bwd_dkdv):
+    fns = [kernels._attn_fwd, kernels._attn_bwd_dq, kernels._attn_bwd_dkdv]
+    gluon = sys.modules.get(f"{__package__}.gluon_dkdv")  # imported where its kernel can run
+    if gluon is not None:
+        fns.append(gluon._attn_bwd_dkdv_ws)
+    for fn in fns:
         for cache in getattr(fn, "device_caches", {}).values():
             total += len(cache[0])
     return total

@@ -28,9 +28,12 @@ __all__ = [
     "SHARED_LIMIT",
     "Report",
     "Variant",
+    "compile_gluon_dkdv",
     "compile_index_kernel",
     "candidate_variants",
     "compile_variant",
+    "gluon_dkdv_variants",
+    "gluon_variant_name",
     "index_variants",
     "report",
     "variants",
@@ -261,6 +264,55 @@ def _kernels(dtype: torch.dtype, head_dim: int, flag_sets, cfg: TileConfig) -> l
     ]
 
 
+def gluon_dkdv_variants() -> list[tuple[torch.dtype, int, tuple[tuple[str, bool], ...], bool, bool]]:
+    """The warp-specialized dK/dV kernel's launches (gluon_dkdv.py) as (dtype, head dim, flags,
+    per query head, single loop): every flag combination the IR can produce at bf16, D=64, in
+    one loop and three; at D=128 (bf16 and fp16) and fp16 D=64 the hash-causal flags both ways
+    and the drop-causal ones in three loops; each into the kv heads and per query head."""
+    combos = [
+        (("CAUSAL", c), ("STRICT", s), ("SAME_BUCKET", b), ("NOT_SELF", n))
+        for c in (True, False)
+        for s in (True, False)
+        for b in (True, False)
+        for n in (True, False)
+        if not (s and not c) and not (n and c)
+    ]
+    out = [(torch.bfloat16, 64, f, gqa, single) for f in combos for single in (True, False) for gqa in (False, True)]
+    for dtype, d in ((torch.bfloat16, 128), (torch.float16, 128), (torch.float16, 64)):
+        for flags, single in ((HASH_CAUSAL, True), (HASH_CAUSAL, False), (DROP_CAUSAL, False)):
+            out += [(dtype, d, flags, gqa, single) for gqa in (False, True)]
+    return out
+
+
+def gluon_variant_name(dtype: torch.dtype, head_dim: int, flags, per_query_head: bool, single_loop: bool) -> str:
+    on = ",".join(k for k, v in flags if v) or "-"
+    loops = "one loop" if single_loop else "three loops"
+    return f"gluon dkdv {_DTYPES[dtype]} D={head_dim} {on}{' gqa' if per_query_head else ''} {loops}"
+
+
+def compile_gluon_dkdv(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str, bool], ...], per_query_head: bool,
+                       single_loop: bool, config=None):
+    """Compile the warp-specialized dK/dV kernel for sm_90 (a launch of gluon_dkdv.launch, at
+    ``config``, a ``gluon_dkdv.WsConfig``, or the head dim's own)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from . import gluon_dkdv
+
+    os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
+    fn = gluon_dkdv._attn_bwd_dkdv_ws
+    cfg = config or gluon_dkdv.ws_config(head_dim)
+    const = dict(DKV_PER_QUERY_HEAD=per_query_head, HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=64, MAX_SEG=16,
+                 **dict(flags), SINGLE_LOOP=single_loop, STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4)
+    sig = _signature(fn, _DTYPES[dtype], const)
+    if per_query_head:  # fp32 buffers, summed into the kv heads after
+        sig["DK"] = sig["DV"] = "*fp32"
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*") or n.startswith("stride_")}
+    src = GluonASTSource(fn, sig, const, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=cfg.maxnreg, **OPTIONS))
+
+
 def index_variants() -> list[tuple[str, dict]]:
     """The index-building kernels (index.py) as (kernel name, constexprs): every switch and
     category padding from 2 (drop only) to 128 (64 buckets and dropped rows); the ``lsh``
@@ -346,6 +398,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="instead: compile each kernel at --head-dim and --dtype under each TileConfig override of "
                              "this JSON list (inline, or @FILE as benchmarks/sweep_kernels.py takes it), for the "
                              "hash and the drop flags, and print one line per variant")  # fmt: skip
+    parser.add_argument("--gluon", action="store_true",
+                        help="instead: compile the warp-specialized dK/dV kernel's variants (gluon_dkdv_variants)")
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES.values()))
     args = parser.parse_args(argv)
@@ -356,6 +410,11 @@ def main(argv: list[str] | None = None) -> None:
         for override in parse_overrides(args.configs):
             for v in candidate_variants(args.head_dim, dtype, override):
                 print(json.dumps(dict(config=override, variant=str(v), **report(compile_variant(v)).__dict__)), flush=True)
+        return
+    if args.gluon:
+        for v in gluon_dkdv_variants():
+            r = report(compile_gluon_dkdv(*v))
+            print(json.dumps(dict(variant=gluon_variant_name(*v), head_dim=v[1], **r.__dict__)), flush=True)
         return
     rows = []
 

@@ -1,0 +1,113 @@
+"""Which dK/dV kernel the Triton backend launches, on the CPU: the rule that picks the
+warp-specialized Gluon kernel (op.ws_dkdv), the reasons explain() gives when it does not, and
+how its launch stands in for the Triton kernel's unchanged variant (nonfinite.launch_pair) with
+the Triton kernel's flags and its own launch shape (gluon_dkdv.launch). The kernel itself runs
+on Hopper only: tests/gpu/test_gluon_dkdv_gpu.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilesparse as ts
+from tilesparse.backends.triton import gluon_dkdv, nonfinite, op
+from tilesparse.backends.triton.op import override_config, segment_rows, tile_config, ws_dkdv, ws_dkdv_reason
+
+
+def _group(spec, T, Tk=None, H=4, Hkv=2):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn((1, H, T, 64), generator=g)
+    k, v = (torch.randn((1, Hkv, Tk or T, 64), generator=g) for _ in range(2))
+    attn = ts.compile(spec, causal=True, backend="triton")
+    dec = attn.decide(q, k, generator=g)
+    return q, attn.prepare(q, k, v, decisions=dec).groups[0]
+
+
+def test_explain_names_the_kernel_and_why_not_the_warp_specialized_one():
+    q = torch.randn((1, 2, 40, 64))
+    text = ts.compile(ts.QKDrop(keep=0.5), causal=True, backend="triton").explain(q, q, q)
+    line = next(s for s in text.splitlines() if s.startswith("kernels: "))
+    assert "triton dK/dV: the Triton kernel (the warp-specialized one does not run: Gluon kernels do not run " \
+           "under TRITON_INTERPRET=1)" in line  # fmt: skip
+    assert "kernels: " not in ts.compile(ts.QKDrop(keep=0.5), causal=True, backend="executor").explain(q, q, q)
+
+
+def test_the_reasons_in_their_order(monkeypatch):
+    q = torch.empty((1, 1, 1, 64), dtype=torch.bfloat16)
+    cfg = tile_config(64, torch.bfloat16, torch.device("cpu"))
+    assert "TRITON_INTERPRET=1" in ws_dkdv_reason(q, cfg)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert ws_dkdv_reason(q, cfg) == "not on a CUDA device"
+    assert not ws_dkdv(cfg, q)
+
+
+def test_no_configuration_turns_it_on_yet():
+    for D in (32, 64, 128, 256):
+        for dtype in (torch.float16, torch.bfloat16, torch.float32):
+            assert tile_config(D, dtype, torch.device("cuda")).ws_dkdv == 0, (D, dtype)
+
+
+def test_segment_rows_from_sizes_and_spec():
+    _, g = _group(ts.Hash(buckets=4), T=100, Tk=140)
+    assert segment_rows(g) == 100 / 4
+    _, g = _group(ts.QKDrop(keep=0.5), T=100)
+    assert segment_rows(g) == 100 * 0.5
+
+
+def test_bucket_groups_take_it_from_a_segment_length(monkeypatch):
+    monkeypatch.setattr(op, "ws_dkdv_reason", lambda q, cfg: None)  # as on a GPU that can run it
+    q, hashed = _group(ts.Hash(buckets=4), T=120)  # 30-row segments
+    _, dropped = _group(ts.QKDrop(keep=0.2), T=120)  # no bucket predicate: taken at any length
+    for rows, taken in ((1, True), (30, True), (31, False)):
+        with override_config(ws_dkdv=rows):
+            cfg = tile_config(64, q.dtype, q.device)
+            assert ws_dkdv(cfg, q, hashed) is taken, rows
+            assert ws_dkdv(cfg, q, dropped) and ws_dkdv(cfg, q), rows
+
+
+class _Recorder:
+    """Stands in for a LeanKernel: records each launch's grid, arguments and constants."""
+
+    def __init__(self):
+        self.launches = []
+
+    def keyed(self, args):
+        return ("key", len(args))
+
+    def launch(self, grid, args, constants, keyed=None):
+        self.launches.append((grid, args, dict(constants), keyed))
+
+
+def test_launch_pair_runs_the_stand_in_then_the_sanitizing_variant(monkeypatch):
+    rec = _Recorder()
+    monkeypatch.setattr(nonfinite, "lean", lambda kernel: rec)
+    stood_in = []
+    nonfinite.launch_pair("kernel", (3, 2), "a", "b", unchanged=lambda grid, args: stood_in.append((grid, args)), X=1)
+    assert stood_in == [((3, 2), ("a", "b"))]
+    assert rec.launches == [((3, 2), ("a", "b"), {"X": 1, "SANITIZE": True}, ("key", 2))]
+    rec.launches.clear()
+    nonfinite.launch_pair("kernel", (3, 2), "a", "b", X=1)
+    assert [c for *_, c, _ in rec.launches] == [{"X": 1}, {"X": 1, "SANITIZE": True}]
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_gluon_launch_takes_the_flags_and_its_launch_shape(monkeypatch, D):
+    rec = _Recorder()
+    monkeypatch.setattr(gluon_dkdv, "_launcher", lambda: rec)
+    flags = dict(CAUSAL=True, STRICT=False, SAME_BUCKET=True, NOT_SELF=False, SINGLE_LOOP=True)
+    gluon_dkdv.launch((5, 8), ("args",), head_dim=D, per_query_head=True, max_seg=4, flags=flags)
+    cfg = gluon_dkdv.ws_config(D)
+    ((grid, args, const, _),) = rec.launches
+    assert grid == (5, 8) and args == ("args",)
+    assert const == dict(DKV_PER_QUERY_HEAD=True, HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=64, MAX_SEG=4, **flags,
+                         STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4, maxnreg=cfg.maxnreg)  # fmt: skip
+    other = gluon_dkdv.WsConfig(16, 3, 200, 255)
+    gluon_dkdv.launch((5, 8), ("args",), head_dim=D, per_query_head=False, max_seg=4, flags=flags, config=other)
+    const = rec.launches[1][2]
+    assert (const["BLOCK_M"], const["STAGES"], const["COMPUTE_REGS"], const["maxnreg"]) == (16, 3, 200, 255)
+    assert const["DKV_PER_QUERY_HEAD"] is False
+
+
+def test_no_launch_shape_outside_64_and_128():
+    assert gluon_dkdv.ws_config(32) is None and gluon_dkdv.ws_config(256) is None

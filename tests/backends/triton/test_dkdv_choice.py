@@ -1,11 +1,16 @@
 """Which dK/dV kernel the Triton backend launches, on the CPU: the rule that picks the
 warp-specialized Gluon kernel (op.ws_dkdv), the reasons explain() gives when it does not, and
 how its launch stands in for the Triton kernel's unchanged variant (nonfinite.launch_pair) with
-the Triton kernel's flags and its own launch shape (gluon_dkdv.launch). The kernel itself runs
-on Hopper only: tests/gpu/test_gluon_dkdv_gpu.py.
+the Triton kernel's flags and its own launch shape (gluon_dkdv.launch), and that its predicates
+are the Triton kernels' statement for statement. The kernel itself runs on Hopper only:
+tests/gpu/test_gluon_dkdv_gpu.py.
 """
 
 from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
 
 import pytest
 import torch
@@ -111,3 +116,23 @@ def test_gluon_launch_takes_the_flags_and_its_launch_shape(monkeypatch, D):
 
 def test_no_launch_shape_outside_64_and_128():
     assert gluon_dkdv.ws_config(32) is None and gluon_dkdv.ws_config(256) is None
+
+
+def _body(fn) -> str:
+    """The statements of a (Triton or Gluon) jit function, docstring dropped, ``gl`` read as ``tl``."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn.fn))).body[0]
+    body = tree.body[1:] if isinstance(tree.body[0], ast.Expr) and isinstance(tree.body[0].value, ast.Constant) \
+        else tree.body  # fmt: skip
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Name) and node.id == "gl":
+            node.id = "tl"
+    return "\n".join(ast.dump(s) for s in body)
+
+
+def test_the_predicates_mirror_the_triton_kernels():
+    """A Gluon kernel cannot call a triton.jit function, so gluon_dkdv._keep is kernels._tile_keep
+    written again: the same statements, or the two kernels mask different pairs."""
+    from tilesparse.backends.triton import kernels
+
+    assert _body(gluon_dkdv._keep) == _body(kernels._tile_keep)
+    assert _body(gluon_dkdv._keep) != _body(kernels._flag_nonfinite)  # the comparison can tell functions apart

@@ -145,7 +145,8 @@ def _tiles(rng, s, BLOCK: gl.constexpr, SINGLE_LOOP: gl.constexpr):
 @gluon.jit
 def _keep(q_pos, k_pos, q_bkt, k_bkt, CAUSAL: gl.constexpr, STRICT: gl.constexpr, SAME_BUCKET: gl.constexpr,
           NOT_SELF: gl.constexpr):
-    """``kernels._tile_keep`` over broadcast (keys x queries) positions and buckets."""
+    """``kernels._tile_keep`` over broadcast (keys x queries) positions and buckets, written again
+    (a Gluon kernel cannot call a triton.jit function; test_dkdv_choice.py holds the two equal)."""
     if CAUSAL:
         if STRICT:
             keep = k_pos < q_pos

@@ -136,3 +136,26 @@ def test_the_predicates_mirror_the_triton_kernels():
 
     assert _body(gluon_dkdv._keep) == _body(kernels._tile_keep)
     assert _body(gluon_dkdv._keep) != _body(kernels._flag_nonfinite)  # the comparison can tell functions apart
+
+
+def test_where_it_cannot_run_the_reason_names_the_value(monkeypatch):
+    """gluon_dkdv.unusable on a stand-in device: each reason quotes what it got and what the kernel takes."""
+    cap, release = [(9, 0)], [sorted(gluon_dkdv.GLUON_TRITON)[0]]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap[0])
+    monkeypatch.setattr(gluon_dkdv, "installed_triton", lambda: release[0])
+
+    def reason(dtype=torch.bfloat16, D=128, block_k=64):
+        gluon_dkdv._unusable_on.cache_clear()
+        return gluon_dkdv._unusable_on(0, dtype, D, block_k)
+
+    try:
+        assert reason() is None and reason(torch.float16, 64) is None
+        assert reason(torch.float32) == "torch.float32 (the kernel takes fp16 and bf16)"
+        assert reason(D=96) == "head dim 96 (the kernel takes 64 and 128)"
+        assert reason(block_k=32) == "key blocks of 32 rows (the kernel takes 64)"
+        release[0] = (3, 9)
+        assert reason() == f"Triton 3.9 (the kernel is run on {sorted(gluon_dkdv.GLUON_TRITON)} only)"
+        cap[0] = (8, 0)
+        assert reason() == "GPU compute capability (8, 0) is not (9, 0) (Hopper)"
+    finally:
+        gluon_dkdv._unusable_on.cache_clear()

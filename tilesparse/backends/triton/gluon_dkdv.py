@@ -87,7 +87,7 @@ def _unusable_on(device: int, dtype: torch.dtype, head_dim: int, block_k: int) -
     if block_k != 64:
         return f"key blocks of {block_k} rows (the kernel takes 64)"
     if installed_triton() not in GLUON_TRITON:
-        return f"Triton {'.'.join(map(str, installed_triton()))} (run and checked on {sorted(GLUON_TRITON)})"
+        return f"Triton {'.'.join(map(str, installed_triton()))} (the kernel is run on {sorted(GLUON_TRITON)} only)"
     return None
 
 

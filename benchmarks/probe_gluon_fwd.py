@@ -312,6 +312,19 @@ def _pass_turn(turn, half: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
+def _issue_s(q_h, k_smem, ready, turn, s_zero, c, t, half: gl.constexpr, STAGES: gl.constexpr,
+             PINGPONG: gl.constexpr):
+    """Wait for the ``c``-th tile's stage, then issue its S = Q K^T in this consumer's turn (the
+    caller passes the turn on): (its stage, the product's token, the next turn)."""
+    stage = c % STAGES
+    mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
+    fence_async_shared()  # the copies landed through the generic proxy; the products read async
+    t = _take_turn(turn, half, t, PINGPONG)
+    s_tok = warpgroup_mma(q_h, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    return stage, s_tok, t
+
+
+@gluon.jit
 def _ws_compute(a, HEAD_DIM: gl.constexpr, HALF: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                 OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, half: gl.constexpr):
     """A consumer partition (one warpgroup): rows ``half`` of the block. Per key tile: wait for its
@@ -341,12 +354,7 @@ def _ws_compute(a, HEAD_DIM: gl.constexpr, HALF: gl.constexpr, BLOCK_N: gl.const
             # FlashAttention-3's order within the warpgroup: tile n's S is issued before tile n - 1's
             # P V, and tile n's softmax runs while that P V does (per segment: a prologue and a drain)
             if hi > lo:
-                stage = c % STAGES
-                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                fence_async_shared()
-                t = _take_turn(turn, half, t, PINGPONG)
-                s_tok = warpgroup_mma(q_h, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False,
-                                      is_async=True)
+                stage, s_tok, t = _issue_s(q_h, k_smem, ready, turn, s_zero, c, t, half, STAGES, PINGPONG)
                 _pass_turn(turn, half, PINGPONG)
                 s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
                 p, alpha, m_i, l_i = _softmax_tile(s_cur, m_i, l_i, q_pos, k_posp, lo, f0, f1, seqlen_k, qk_scale,
@@ -355,13 +363,8 @@ def _ws_compute(a, HEAD_DIM: gl.constexpr, HALF: gl.constexpr, BLOCK_N: gl.const
                 pv_stage = stage
                 c += 1
                 for n in range(lo + 1, hi):
-                    stage = c % STAGES
-                    mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                    fence_async_shared()
                     p_op = gl.convert_layout(p.to(dtype), p_layout)
-                    t = _take_turn(turn, half, t, PINGPONG)
-                    s_tok = warpgroup_mma(q_h, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False,
-                                          is_async=True)
+                    stage, s_tok, t = _issue_s(q_h, k_smem, ready, turn, s_zero, c, t, half, STAGES, PINGPONG)
                     acc = warpgroup_mma(p_op, v_smem.index(pv_stage), acc, is_async=True)
                     _pass_turn(turn, half, PINGPONG)
                     s_cur = warpgroup_mma_wait(1, deps=(s_tok,))  # products complete in issue order
@@ -380,12 +383,7 @@ def _ws_compute(a, HEAD_DIM: gl.constexpr, HALF: gl.constexpr, BLOCK_N: gl.const
                 mbarrier.arrive(empty.index(pv_stage), count=1)
         else:
             for n in range(lo, hi):
-                stage = c % STAGES
-                mbarrier.wait(ready.index(stage), (c // STAGES) & 1)
-                fence_async_shared()  # the copies landed through the generic proxy; the products read async
-                t = _take_turn(turn, half, t, PINGPONG)
-                s_tok = warpgroup_mma(q_h, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False,
-                                      is_async=True)
+                stage, s_tok, t = _issue_s(q_h, k_smem, ready, turn, s_zero, c, t, half, STAGES, PINGPONG)
                 _pass_turn(turn, half, PINGPONG)
                 s_cur = warpgroup_mma_wait(0, deps=(s_tok,))
                 p, alpha, m_i, l_i = _softmax_tile(s_cur, m_i, l_i, q_pos, k_posp, n, f0, f1, seqlen_k, qk_scale,

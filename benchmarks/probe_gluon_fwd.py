@@ -493,40 +493,26 @@ def compile_sm90(head_dim: int, block_n: int, stages: int, overlap: bool, max_se
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def gl_forward(q, k, v, g, scale: float, block_n: int, stages: int, overlap: bool, num_warps: int = 8):
-    """O and LSE of prepared group ``g`` by the probe kernel (layout as the Triton forward's)."""
-    B, H, T, D = q.shape
-    Tk = k.shape[2]
-    Hg = len(g.heads)
-    o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
-    n_blocks = g.q_ranges.shape[2]
-    assert g.block_q == 128, g.block_q
-    _gl_fwd[(n_blocks, B * Hg)](
-        q, k, v, o, lse, g.q_order, g.q_pos, g.k_order, g.k_pos, g.q_ranges, g.q_nseg, g.head_map,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        Hg, T, Tk, n_blocks, scale * LOG2E, H // k.shape[1], H // v.shape[1],
-        HEAD_DIM=D, BLOCK_M=128, BLOCK_N=block_n, MAX_SEG=g.q_ranges.shape[3], STAGES=stages, OVERLAP=overlap,
-        num_warps=num_warps,
-    )  # fmt: skip
-    return o, lse
-
-
-def gl_forward_ws(q, k, v, g, scale: float, block_n: int, stages: int, compute_regs: int, overlap: bool = False,
-                  pingpong: bool = False):
-    """O and LSE of prepared group ``g`` by the warp-specialized probe kernel."""
+def gl_forward(q, k, v, g, scale: float, block_n: int, stages: int, overlap: bool, num_warps: int = 8,
+               ws_regs: int = 0, pingpong: bool = False):
+    """O and LSE of prepared group ``g`` by the probe kernel (layout as the Triton forward's);
+    ``ws_regs`` > 0: by the warp-specialized one, its consumers at that many registers."""
     B, H, T, D = q.shape
     Hg = len(g.heads)
     o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
     n_blocks = g.q_ranges.shape[2]
     assert g.block_q == 128, g.block_q
-    _gl_fwd_ws[(n_blocks, B * Hg)](
+    if ws_regs:
+        kernel, extra = _gl_fwd_ws, dict(PINGPONG=pingpong, COMPUTE_REGS=ws_regs, num_warps=4, maxnreg=WS_MAXNREG)
+    else:
+        kernel, extra = _gl_fwd, dict(num_warps=num_warps)
+    kernel[(n_blocks, B * Hg)](
         q, k, v, o, lse, g.q_order, g.q_pos, g.k_order, g.k_pos, g.q_ranges, g.q_nseg, g.head_map,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
         Hg, T, k.shape[2], n_blocks, scale * LOG2E, H // k.shape[1], H // v.shape[1],
-        HEAD_DIM=D, BLOCK_M=128, BLOCK_N=block_n, MAX_SEG=g.q_ranges.shape[3], STAGES=stages,
-        OVERLAP=overlap, PINGPONG=pingpong, COMPUTE_REGS=compute_regs, num_warps=4, maxnreg=WS_MAXNREG,
+        HEAD_DIM=D, BLOCK_M=128, BLOCK_N=block_n, MAX_SEG=g.q_ranges.shape[3], STAGES=stages, OVERLAP=overlap,
+        **extra,
     )  # fmt: skip
     return o, lse
 
@@ -599,7 +585,8 @@ def main() -> int:
                 if var.startswith("ws"):  # ws:BLOCK_N:STAGES:COMPUTE_REGS[:OVERLAP[:PINGPONG]]
                     bn, st, regs, ov, pp = (int(x) for x in (var + ":0:0").split(":")[1:6])
                     row = {"shape": [B, H, Hkv, D, T], "name": f"{pname} gluon-ws n{bn} s{st} r{regs} ov{ov} pp{pp}"}
-                    run = functools.partial(gl_forward_ws, q, k, v, g, scale, bn, st, regs, bool(ov), bool(pp))
+                    run = functools.partial(gl_forward, q, k, v, g, scale, bn, st, bool(ov), ws_regs=regs,
+                                            pingpong=bool(pp))
                 else:
                     bn, st, ov, w = (int(x) for x in (var + ":8").split(":")[:4])
                     row = {"shape": [B, H, Hkv, D, T], "name": f"{pname} gluon n{bn} s{st} ov{ov} w{w}"}

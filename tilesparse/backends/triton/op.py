@@ -289,9 +289,9 @@ class _SparseAttention(torch.autograd.Function):
         direct = full and k_group == 1 and v_group == 1
         if direct:
             dk, dv = torch.empty_like(k), torch.empty_like(v)
-        else:  # one fp32 buffer for both, summed into the kv heads at once below
-            dkv = torch.empty((2, B, Hg, Tk, D), dtype=torch.float32, device=q.device)
-            dk, dv = dkv.unbind(0)
+        else:
+            dk = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
+            dv = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
         n_kb = g.k_ranges.shape[2]
         max_seg = g.k_ranges.shape[3]
         unchanged = None
@@ -309,8 +309,10 @@ class _SparseAttention(torch.autograd.Function):
             DP_FIRST=dp_first(cfg, flags["SINGLE_LOOP"]), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
             **common, **flags,
         )  # fmt: skip
-        if not direct:
-            dk, dv = _sum_into_heads(dkv, g.head_map, k_group, v_group, k, v, tuple(g.heads) == tuple(range(H)))
+        if not direct:  # separate tensors: the op's backward may not return outputs that alias each other
+            in_order = tuple(g.heads) == tuple(range(H))
+            dk = _sum_into_heads(dk, g.head_map, k_group, k, in_order)
+            dv = _sum_into_heads(dv, g.head_map, v_group, v, in_order)
         dq, dk, dv = first_order_only("triton", (dq, dk, dv), (q, k, v))
         return dq, dk, dv, None, None, None
 
@@ -337,24 +339,13 @@ def ws_dkdv_reason(q: Tensor, cfg: TileConfig) -> str | None:
     return gluon_dkdv.unusable(q, cfg.block_k)
 
 
-def _sum_into_heads(dkv: Tensor, head_map: Tensor, k_group: int, v_group: int, k: Tensor, v: Tensor,
-                    in_order: bool) -> tuple[Tensor, Tensor]:
-    """Sum (2, B, Hg, Tk, D) per-query-head gradients of K and V into ``k``'s and ``v``'s heads
-    (fp32, then cast).
+def _sum_into_heads(per_query_head: Tensor, head_map: Tensor, group: int, like: Tensor, in_order: bool) -> Tensor:
+    """Sum (B, Hg, Tk, D) per-query-head gradients into ``like``'s heads (fp32, then cast).
 
     With every query head in order, kv head j's query heads are the consecutive j*group..:
     a strided sum over a view, several times faster than ``index_add_`` (one read of the
-    buffer instead of a scatter), and one sum and one cast for both where K and V share their
-    grouping and dtype.
+    buffer instead of a scatter).
     """
-    if in_order and k_group == v_group and k.dtype == v.dtype:
-        _, B, H, T, D = dkv.shape
-        both = dkv.view(2, B, H // k_group, k_group, T, D).sum(3).to(k.dtype)
-        return both.unbind(0)
-    return _sum_one(dkv[0], head_map, k_group, k, in_order), _sum_one(dkv[1], head_map, v_group, v, in_order)
-
-
-def _sum_one(per_query_head: Tensor, head_map: Tensor, group: int, like: Tensor, in_order: bool) -> Tensor:
     if in_order:
         B, H, T, D = per_query_head.shape
         return per_query_head.view(B, H // group, group, T, D).sum(2).to(like.dtype)

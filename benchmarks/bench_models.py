@@ -111,15 +111,25 @@ def probe_args(tag: str, variants: str, variants_help: str) -> argparse.Namespac
     return ap.parse_args()
 
 
-def json_writer(out: str, tag: str, res: dict):
-    """A function that writes ``res`` to OUT/TAG.json: the probes call it after every row, so
-    that a run cut short keeps what it measured."""
+def probe_results(args: argparse.Namespace):
+    """A kernel probe's results (``run_header`` with no rows yet) and the function that writes
+    them to OUT/TAG.json: the probes call it after every row, so that a run cut short keeps what
+    it measured."""
+    res = run_header(rows=[])
 
     def write() -> None:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / f"{tag}.json").write_text(json.dumps(res, indent=1, default=str))
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / f"{args.tag}.json").write_text(json.dumps(res, indent=1, default=str))
 
-    return write
+    return res, write
+
+
+def probe_group(pattern: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """The kernel probes' inputs: pattern ``pattern``'s first head group on ``q, k, v``, prepared
+    for the Triton kernels (decided with a generator seeded 1), and its tile configuration."""
+    attn = ts.compile(PATTERNS[pattern], causal=True, backend="triton")
+    dec = attn.decide(q, k, generator=torch.Generator(DEV).manual_seed(1))
+    return attn.prepare(q, k, v, decisions=dec).groups[0], tile_config(q.shape[-1], q.dtype, DEV)
 
 
 def run_header(**extra) -> dict:

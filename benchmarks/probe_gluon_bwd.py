@@ -67,27 +67,21 @@ def main() -> int:
     if args.compile:
         return _compile_report()
 
-    from bench_models import PATTERNS, bf16_inputs, gpu_ms, json_writer, run_header
+    from bench_models import bf16_inputs, gpu_ms, probe_group, probe_results
 
-    import tilesparse as ts
     from tilesparse.backends.triton import gluon_dkdv, kernels
     from tilesparse.backends.triton.nonfinite import launch_pair
-    from tilesparse.backends.triton.op import _block_d, _flags, _precision, dp_first, launch_fwd, tile_config
+    from tilesparse.backends.triton.op import _block_d, _flags, _precision, dp_first, launch_fwd
 
     dev = torch.device("cuda")
-    res = run_header(rows=[])
+    res, write = probe_results(args)
     t0 = time.time()
-
-    write = json_writer(args.out, args.tag, res)
 
     for shape in args.shapes.split(";"):
         (B, H, Hkv, D, T), q, k, v, do = bf16_inputs(shape)
         q, k, v = (t.detach() for t in (q, k, v))
         for pname in args.patterns.split(","):
-            attn = ts.compile(PATTERNS[pname], causal=True, backend="triton")
-            dec = attn.decide(q, k, generator=torch.Generator(dev).manual_seed(1))
-            g = attn.prepare(q, k, v, decisions=dec).groups[0]
-            cfg = tile_config(D, torch.bfloat16, dev)
+            g, cfg = probe_group(pname, q, k, v)
             scale = D**-0.5
             Hg = len(g.heads)
             o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=dev)

@@ -544,18 +544,15 @@ def main() -> int:
         return _compile_report()
 
     import torch.nn.functional as F
-    from bench_models import PATTERNS, bf16_inputs, gpu_ms, json_writer, run_header
+    from bench_models import bf16_inputs, gpu_ms, probe_group, probe_results
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    import tilesparse as ts
-    from tilesparse.backends.triton.op import forward_tile, launch_fwd, tile_config
+    from tilesparse.backends.triton.op import forward_tile, launch_fwd
     from tilesparse.ir import tile_stats
 
     dev = torch.device("cuda")
-    res = run_header(rows=[])
+    res, write = probe_results(args)
     t0 = time.time()
-
-    write = json_writer(args.out, args.tag, res)
 
     for shape in args.shapes.split(";"):
         (B, H, Hkv, D, T), q, k, v, _ = bf16_inputs(shape)
@@ -566,10 +563,7 @@ def main() -> int:
         row = {"shape": [B, H, Hkv, D, T], "name": "cudnn", "fwd_ms": cudnn, "tflops": causal / cudnn / 1e9}
         res["rows"].append(row)
         for pname in args.patterns.split(","):
-            attn = ts.compile(PATTERNS[pname], causal=True, backend="triton")
-            dec = attn.decide(q, k, generator=torch.Generator(dev).manual_seed(1))
-            g = attn.prepare(q, k, v, decisions=dec).groups[0]
-            cfg = tile_config(D, torch.bfloat16, dev)
+            g, cfg = probe_group(pname, q, k, v)
             scale = D**-0.5
             o_ref = torch.empty((B, len(g.heads), T, D), dtype=q.dtype, device=dev)
             lse_ref = torch.empty((B, len(g.heads), T), dtype=torch.float32, device=dev)

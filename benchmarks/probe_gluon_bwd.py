@@ -5,7 +5,9 @@ The backward is where the D=128 targets are furthest off, and the dK/dV kernel i
 (19 of QKDrop(0.7)'s 31 ms of backward at B=1, H=32, Hkv=8, T=32,768; docs/kernels.md, the
 profile of run 77). Both kernels run from one prepared group, forward output and delta, into
 fp32 buffers per query head (the GQA buffers the backend sums into the kv heads); each row
-records the largest difference of the Gluon kernel's dK and dV from the Triton kernel's.
+records the largest difference of the Gluon kernel's dK and dV from the Triton kernel's, and each
+kernel's time two ways: back to back (``ms``) and synchronized after every call (``sync_ms``;
+the gap is host time).
 
 Compile every launch shape for sm_90 without a GPU (spills, shared memory):
 
@@ -67,7 +69,7 @@ def main() -> int:
     if args.compile:
         return _compile_report()
 
-    from bench_models import bf16_inputs, gpu_ms, probe_group, probe_results
+    from bench_models import bf16_inputs, probe_group, probe_results, timed
 
     from tilesparse.backends.triton import gluon_dkdv, kernels
     from tilesparse.backends.triton.nonfinite import launch_pair
@@ -112,8 +114,9 @@ def main() -> int:
                 DP_FIRST=dp_first(cfg, flags["SINGLE_LOOP"]), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
                 **common, **flags,
             )  # fmt: skip
-            tri_ms = gpu_ms(tri)
-            row = {"shape": [B, H, Hkv, D, T], "name": f"{pname} triton dkdv", "ms": tri_ms,
+            t = timed(tri)
+            tri_ms = t["ms"]
+            row = {"shape": [B, H, Hkv, D, T], "name": f"{pname} triton dkdv", "ms": tri_ms, "sync_ms": t["sync_ms"],
                    "block": [cfg.block_k, cfg.dkdv_m]}  # fmt: skip
             res["rows"].append(row)
             print(f"[{time.time() - t0:.0f}s] {row}", file=sys.stderr, flush=True)
@@ -135,8 +138,8 @@ def main() -> int:
                     row["max_diff_dk"] = float((dk - dk_ref).abs().max())
                     row["max_diff_dv"] = float((dv - dv_ref).abs().max())
                     row["max_dk"], row["max_dv"] = ref_scale
-                    ms = gpu_ms(run)
-                    row.update(ms=ms, vs_triton=tri_ms / ms)
+                    t = timed(run)
+                    row.update(ms=t["ms"], sync_ms=t["sync_ms"], vs_triton=tri_ms / t["ms"])
                 except Exception as e:  # noqa: BLE001 - a variant that fails to compile or run
                     row["error"] = repr(e)[:600]
                 res["rows"].append(row)
@@ -151,7 +154,7 @@ def main() -> int:
         else:
             extra = (f" diff dk {r['max_diff_dk']:.2e} (max {r['max_dk']:.2e}) dv {r['max_diff_dv']:.2e} "
                      f"(max {r['max_dv']:.2e})") if "max_diff_dk" in r else ""  # fmt: skip
-            print(f"{r['shape']} {r['name']:40s} {r['ms']:.3f} ms{extra}")
+            print(f"{r['shape']} {r['name']:40s} {r['ms']:.3f} ms ({r['sync_ms']:.3f} synchronized){extra}")
     return 0
 
 

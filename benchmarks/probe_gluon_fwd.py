@@ -26,7 +26,8 @@ Compile for sm_90 without a GPU (registers, spills, shared memory):
 
     python benchmarks/probe_gluon_fwd.py --compile
 
-On a GPU, against the Triton forward on the same prepared group (outputs compared) and cuDNN:
+On a GPU, against the Triton forward on the same prepared group (outputs compared) and cuDNN,
+each timed back to back (``fwd_ms``) and synchronized after every call (``fwd_sync_ms``):
 
     python3 benchmarks/probe_gluon_fwd.py --out DIR [--shapes 1,32,8,128,16384] [--patterns keep0.7]
 
@@ -544,7 +545,7 @@ def main() -> int:
         return _compile_report()
 
     import torch.nn.functional as F
-    from bench_models import bf16_inputs, gpu_ms, probe_group, probe_results
+    from bench_models import bf16_inputs, probe_group, probe_results, timed
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from tilesparse.backends.triton.op import forward_tile, launch_fwd
@@ -559,8 +560,10 @@ def main() -> int:
         q, k, v = (t.detach() for t in (q, k, v))
         causal = T * (T + 1) // 2 * B * H * 4 * D
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION), torch.no_grad():
-            cudnn = gpu_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=Hkv != H))
-        row = {"shape": [B, H, Hkv, D, T], "name": "cudnn", "fwd_ms": cudnn, "tflops": causal / cudnn / 1e9}
+            t = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=Hkv != H))
+        cudnn = t["ms"]
+        row = {"shape": [B, H, Hkv, D, T], "name": "cudnn", "fwd_ms": cudnn, "fwd_sync_ms": t["sync_ms"],
+               "tflops": causal / cudnn / 1e9}  # fmt: skip
         res["rows"].append(row)
         for pname in args.patterns.split(","):
             g, cfg = probe_group(pname, q, k, v)
@@ -568,10 +571,11 @@ def main() -> int:
             o_ref = torch.empty((B, len(g.heads), T, D), dtype=q.dtype, device=dev)
             lse_ref = torch.empty((B, len(g.heads), T), dtype=torch.float32, device=dev)
             # its first call fills o_ref and lse_ref
-            tri = gpu_ms(lambda: launch_fwd(q, k, v, o_ref, lse_ref, g, scale, cfg))  # noqa: B023
+            t = timed(lambda: launch_fwd(q, k, v, o_ref, lse_ref, g, scale, cfg))  # noqa: B023
+            tri = t["ms"]
             bn_tri = forward_tile(g.group, cfg)
             vis = tile_stats(g, block_n=bn_tri, exact=False)["visited"] * cfg.block_q * bn_tri
-            row = {"shape": [B, H, Hkv, D, T], "name": f"{pname} triton", "fwd_ms": tri,
+            row = {"shape": [B, H, Hkv, D, T], "name": f"{pname} triton", "fwd_ms": tri, "fwd_sync_ms": t["sync_ms"],
                    "tflops": 4 * D * vis / tri / 1e9, "block_n": bn_tri}  # fmt: skip
             res["rows"].append(row)
             print(f"[{time.time() - t0:.0f}s] {row}", file=sys.stderr, flush=True)
@@ -592,9 +596,10 @@ def main() -> int:
                     row["max_diff_o"] = float((o.float() - o_ref.float()).abs().max())
                     row["max_diff_lse"] = float((lse[fin] - lse_ref[fin]).abs().max()) if fin.any() else 0.0
                     row["lse_inf_match"] = bool(torch.equal(torch.isinf(lse), torch.isinf(lse_ref)))
-                    ms = gpu_ms(run)
+                    t = timed(run)
+                    ms = t["ms"]
                     vis_g = tile_stats(g, block_n=bn, exact=False)["visited"] * 128 * bn
-                    row.update(fwd_ms=ms, tflops=4 * D * vis_g / ms / 1e9, vs_triton=tri / ms)
+                    row.update(fwd_ms=ms, fwd_sync_ms=t["sync_ms"], tflops=4 * D * vis_g / ms / 1e9, vs_triton=tri / ms)
                 except Exception as e:  # noqa: BLE001 - a variant that fails to compile or run
                     row["error"] = repr(e)[:600]
                 res["rows"].append(row)
@@ -608,7 +613,8 @@ def main() -> int:
             print(f"{r['shape']} {r['name']:32s} ERROR {r['error'][:200]}")
         else:
             extra = f" diff o {r['max_diff_o']:.2e} lse {r['max_diff_lse']:.2e}" if "max_diff_o" in r else ""
-            print(f"{r['shape']} {r['name']:32s} {r['fwd_ms']:.3f} ms {r['tflops']:.0f} TF/s{extra}")
+            print(f"{r['shape']} {r['name']:32s} {r['fwd_ms']:.3f} ms ({r['fwd_sync_ms']:.3f} synchronized) "
+                  f"{r['tflops']:.0f} TF/s{extra}")
     return 0
 
 

@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from bench_models import probe_args  # noqa: E402
 
 from tilesparse.backends.triton.op import LOG2E  # noqa: E402
-from tilesparse.backends.triton.sm90 import _signature, report  # noqa: E402
+from tilesparse.backends.triton.sm90 import _divisible, _signature, report  # noqa: E402
 
 
 @gluon.jit
@@ -486,10 +486,7 @@ def compile_sm90(head_dim: int, block_n: int, stages: int, overlap: bool, max_se
     if ws_regs:
         const.update(COMPUTE_REGS=ws_regs, PINGPONG=pingpong)
     sig = _signature(fn, "bf16", const)
-    # what a launch specializes on: 16-byte aligned tensors, strides that are multiples of 16
-    attrs = {(i,): [["tt.divisibility", 16]] for i, nm in enumerate(fn.arg_names)
-             if sig[nm].startswith("*") or nm.startswith("stride_")}
-    src = GluonASTSource(fn, sig, const, attrs)
+    src = GluonASTSource(fn, sig, const, _divisible(fn, sig, strides=True))
     options = dict(num_warps=num_warps, maxnreg=WS_MAXNREG) if ws_regs else dict(num_warps=num_warps)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 

@@ -99,8 +99,7 @@ def launch(grid: tuple[int, int], args: tuple, *, head_dim: int, per_query_head:
     cfg = config or ws_config(head_dim)
     constants = dict(
         DKV_PER_QUERY_HEAD=per_query_head, HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=64, MAX_SEG=max_seg,
-        CAUSAL=flags["CAUSAL"], STRICT=flags["STRICT"], SAME_BUCKET=flags["SAME_BUCKET"], NOT_SELF=flags["NOT_SELF"],
-        SINGLE_LOOP=flags["SINGLE_LOOP"], STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4, maxnreg=cfg.maxnreg,
+        **flags, STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4, maxnreg=cfg.maxnreg,
     )  # fmt: skip
     _launcher().launch(grid, args, constants)
 

@@ -321,6 +321,8 @@ def ws_dkdv(cfg: TileConfig, q: Tensor, g: PreparedGroup | None = None) -> bool:
     """Whether dK/dV of a call on ``q`` runs the warp-specialized Gluon kernel (gluon_dkdv.py):
     on this device and configuration, and for group ``g`` where given (``cfg.ws_dkdv``'s rule
     on bucket segments)."""
+    if not cfg.ws_dkdv:  # off in this configuration: nothing more to look at on the backward path
+        return False
     if g is not None and g.group.has(SameBucket) and segment_rows(g) < cfg.ws_dkdv:
         return False
     return ws_dkdv_reason(q, cfg) is None

@@ -151,16 +151,20 @@ def compile_variant(v: Variant):
     const = v.constexprs()
     warps, stages = v.launch()
     sig = _signature(fn, _DTYPES[v.dtype], const)
-    # what a launch specializes on: 16-byte aligned tensors, strides that are multiples of 16
-    # elements when D is; per-step sizes are do_not_specialize
-    aligned_strides = v.head_dim % 16 == 0
-    attrs = {
+    # strides are multiples of 16 elements when D is; per-step sizes are do_not_specialize
+    src = ASTSource(fn, sig, const, _divisible(fn, sig, strides=v.head_dim % 16 == 0))
+    options = dict(num_warps=warps, num_stages=stages, **OPTIONS)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def _divisible(fn, sig: dict[str, str], strides: bool) -> dict:
+    """What a launch specializes on, as compile attributes: 16-byte aligned tensors and, where
+    ``strides``, strides that are multiples of 16 elements."""
+    return {
         (i,): [["tt.divisibility", 16]]
         for i, name in enumerate(fn.arg_names)
-        if sig[name].startswith("*") or (aligned_strides and name.startswith("stride_"))
+        if sig[name].startswith("*") or (strides and name.startswith("stride_"))
     }
-    src = ASTSource(fn, sig, const, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages, **OPTIONS))
 
 
 def _cuobjdump() -> str:
@@ -308,9 +312,9 @@ def compile_gluon_dkdv(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str
     sig = _signature(fn, _DTYPES[dtype], const)
     if per_query_head:  # fp32 buffers, summed into the kv heads after
         sig["DK"] = sig["DV"] = "*fp32"
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*") or n.startswith("stride_")}
-    src = GluonASTSource(fn, sig, const, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=cfg.maxnreg, **OPTIONS))
+    src = GluonASTSource(fn, sig, const, _divisible(fn, sig, strides=True))
+    options = dict(num_warps=4, maxnreg=cfg.maxnreg, **OPTIONS)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def index_variants() -> list[tuple[str, dict]]:
@@ -360,8 +364,7 @@ def compile_index_kernel(name: str, constexprs: dict):
     inputs = {"Q_KEEP": "*i1", "K_KEEP": "*i1", "Q_BKT": "*i64", "K_BKT": "*i64", "Q": data, "K": data, "ROT": "*fp32",
               "RECORD": "*i64", "SCRATCH": "*i64", "POISON": "*fp32", "lo_init": "i64", "hi_init": "i64"}  # fmt: skip
     sig = {n: "constexpr" if n in constexprs else inputs.get(n, "*i32" if n.isupper() else "i32") for n in fn.arg_names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
-    src = ASTSource(fn, sig, constexprs, attrs)
+    src = ASTSource(fn, sig, constexprs, _divisible(fn, sig, strides=False))
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=3, **OPTIONS))
 
 

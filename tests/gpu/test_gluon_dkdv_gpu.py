@@ -1,9 +1,9 @@
 """The warp-specialized dK/dV kernel (backends/triton/gluon_dkdv.py) on the H200.
 
 It runs for 16-bit inputs at D=64 and 128 on Hopper with the Triton it was written for, where
-``TileConfig.ws_dkdv`` turns it on (no configuration does yet). Here, with it taken for every
-group (``override_config(ws_dkdv=1)``): that the backend then takes it on this machine and
-explain() says so; its gradients against the Triton kernel's (``ws_dkdv=0``) and the masked
+``TileConfig.ws_dkdv`` turns it on (the 16-bit configurations at D=64 and 128 do). That the
+backend takes it on this machine by default and explain() says so, and names the configuration
+where it is off; then, with it taken for every group (``override_config(ws_dkdv=1)``): its gradients against the Triton kernel's (``ws_dkdv=0``) and the masked
 reference over random patterns, decisions, shapes, GQA, Tq < Tk and key padding; its lean launch
 against Triton's own, bit for bit; and inputs holding an inf or NaN, where the Triton kernel's
 sanitizing variant takes over (nonfinite.py).
@@ -59,11 +59,11 @@ def _grads(attn, q, k, v, dec, go, **sdpa):
 def test_the_backend_takes_it_here(dtype, D):
     q = torch.empty((1, 1, 1, D), dtype=dtype, device=DEVICE)
     attn = ts.compile(ts.QKDrop(keep=0.5), causal=True, backend="triton")
-    assert "the Triton kernel (the warp-specialized one does not run: off in" in attn.explain(q, q, q)
-    with override_config(ws_dkdv=1):
-        cfg = tile_config(D, dtype, DEVICE)
-        assert ws_dkdv(cfg, q), ws_dkdv_reason(q, cfg)
-        assert "warp-specialized Gluon kernel" in attn.explain(q, q, q)
+    cfg = tile_config(D, dtype, DEVICE)
+    assert ws_dkdv(cfg, q), ws_dkdv_reason(q, cfg)
+    assert "warp-specialized Gluon kernel" in attn.explain(q, q, q)
+    with override_config(ws_dkdv=0):
+        assert "the Triton kernel (the warp-specialized one does not run: off in" in attn.explain(q, q, q)
 
 
 def test_elsewhere_the_reason_is_named():

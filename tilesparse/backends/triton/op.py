@@ -81,8 +81,7 @@ class TileConfig:
     # (gluon_dkdv.unusable: Hopper, 16-bit, D = 64 or 128, a Triton it was checked on), in groups
     # without a bucket predicate and in those whose mean bucket segment holds at least this many
     # rows; its own tiles (gluon_dkdv.ws_config) replace dkdv_m and the bwd_* launch parameters
-    # there. 0 in every configuration until a GPU run committed to benchmarks/results/ checks and
-    # times it (docs/kernels.md); override_config(ws_dkdv=...) takes it meanwhile
+    # there. 0: the Triton kernel everywhere
 
     def forward_tile(self, same_bucket: bool) -> int:
         """The forward kernel's key tile width for a group with (or without) a bucket predicate."""
@@ -115,8 +114,12 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         # Bucket segments of 2,048 rows or more run three loops (dP after): at D=64 Hash(16) at
         # 32k 8% faster, at 131k 19% (kernels alone, round 10); head dims of 32 or less, not
         # measured, keep one loop
+        # dK/dV by the warp-specialized kernel at D=64 (run 113, bench_targets_*_run113_h200.json,
+        # kernel times at B=2, H=12, T=16k): QKDrop 0.7 / 0.5 / 0.3 26% / 24% / 16% faster, Hash(16)'s
+        # 1,024-row bucket segments 13%, but Hash(64)'s 256-row ones 6% slower: bucket groups take it
+        # from 1,024 rows a segment (between 256 and 1,024 not measured)
         cfg = TileConfig(128, 64, 64, 64, 32, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1,
-                         long_segment_rows=2048 if head_dim > 32 else 0)
+                         long_segment_rows=2048 if head_dim > 32 else 0, ws_dkdv=1024 if head_dim == 64 else 0)
     elif head_dim <= 128:
         # 4 warps everywhere, 64-wide forward tiles and 64x64 dK/dV tiles: forward+backward
         # kernels 2x faster than 8 warps with 32-wide tiles (sweep_kernels_h200.json)
@@ -128,8 +131,12 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         # T=32k; in one masked loop 4% slower (Hash(16), round 8). Bucket segments of 2,048 rows or
         # more run three loops: Hash(16) at 32k 8-10% faster (kernels, round 9), where Hash(64)'s
         # 512-row segments are 3.5% slower that way and 1,024 rows about even (16k, single_loop rows)
+        # dK/dV by the warp-specialized kernel at D=128 (run 113, kernel times): QKDrop 0.7 / 0.5 / 0.3
+        # 7% / 3-7% / 4-7% faster (B=1, H=32, Hkv=8, T=32k and B=2, H=12, T=16k), Hash(16) 14-15%,
+        # Hash(64) 15% (256-row segments, 16k) and 22% (512, 32k): bucket groups from 256 rows a
+        # segment (shorter ones not measured)
         cfg = TileConfig(128, 64, 64, 32, 64, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1,
-                         bucket_fwd_n=32, dp_first=1, long_segment_rows=2048)
+                         bucket_fwd_n=32, dp_first=1, long_segment_rows=2048, ws_dkdv=256 if head_dim == 128 else 0)
     else:
         # 4 warps and 32x32 backward tiles: 2.8x faster than 8 warps with 16-wide tiles
         cfg = TileConfig(64, 32, 32, 32, 32, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2, dq_warps=4, dq_stages=2,

@@ -116,8 +116,7 @@ def main() -> int:
             )  # fmt: skip
             t = timed(tri)
             tri_ms = t["ms"]
-            row = {"shape": [B, H, Hkv, D, T], "name": f"{pname} triton dkdv", "ms": tri_ms, "sync_ms": t["sync_ms"],
-                   "block": [cfg.block_k, cfg.dkdv_m]}  # fmt: skip
+            row = {"shape": [B, H, Hkv, D, T], "name": f"{pname} triton dkdv", **t, "block": [cfg.block_k, cfg.dkdv_m]}
             res["rows"].append(row)
             print(f"[{time.time() - t0:.0f}s] {row}", file=sys.stderr, flush=True)
             ref_scale = float(dk_ref.abs().max()), float(dv_ref.abs().max())
@@ -139,7 +138,7 @@ def main() -> int:
                     row["max_diff_dv"] = float((dv - dv_ref).abs().max())
                     row["max_dk"], row["max_dv"] = ref_scale
                     t = timed(run)
-                    row.update(ms=t["ms"], sync_ms=t["sync_ms"], vs_triton=tri_ms / t["ms"])
+                    row.update(t, vs_triton=tri_ms / t["ms"])
                 except Exception as e:  # noqa: BLE001 - a variant that fails to compile or run
                     row["error"] = repr(e)[:600]
                 res["rows"].append(row)

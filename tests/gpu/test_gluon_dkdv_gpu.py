@@ -3,10 +3,11 @@
 It runs for 16-bit inputs at D=64 and 128 on Hopper with the Triton it was written for, where
 ``TileConfig.ws_dkdv`` turns it on (the 16-bit configurations at D=64 and 128 do). That the
 backend takes it on this machine by default and explain() says so, and names the configuration
-where it is off; then, with it taken for every group (``override_config(ws_dkdv=1)``): its gradients against the Triton kernel's (``ws_dkdv=0``) and the masked
-reference over random patterns, decisions, shapes, GQA, Tq < Tk and key padding; its lean launch
-against Triton's own, bit for bit; and inputs holding an inf or NaN, where the Triton kernel's
-sanitizing variant takes over (nonfinite.py).
+where it is off; then, with it taken for every group (``override_config(ws_dkdv=1)``): its
+gradients against the Triton kernel's (``ws_dkdv=0``) and the masked reference over random
+patterns, decisions, shapes, GQA, Tq < Tk and key padding; its lean launch against Triton's own,
+bit for bit; and inputs holding an inf or NaN, where the Triton kernel's sanitizing variant takes
+over (nonfinite.py).
 """
 
 from __future__ import annotations

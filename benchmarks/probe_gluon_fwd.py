@@ -32,8 +32,9 @@ each timed back to back (``fwd_ms``) and synchronized after every call (``fwd_sy
     python3 benchmarks/probe_gluon_fwd.py --out DIR [--shapes 1,32,8,128,16384] [--patterns keep0.7]
 
 Gluon kernels run compiled only (not under ``TRITON_INTERPRET=1``). Written for Triton 3.6: the
-kernels without warp specialization call ``gl.thread_barrier``, which 3.7 no longer has. What runs 105 and 106
-measured, and why the backend does not use it: docs/kernels.md, "The forward written in Gluon".
+kernels without warp specialization call ``gl.thread_barrier``, which 3.7 no longer has. What runs 105, 106
+and 116 measured, and why the backend does not use it: docs/kernels.md, "The forward written in Gluon" and "The
+forward with warp specialization".
 """
 
 from __future__ import annotations

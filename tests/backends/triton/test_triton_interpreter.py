@@ -155,6 +155,20 @@ def test_long_bucket_segments_run_three_loops(monkeypatch, rows, long):
             assert set(loops) == {not three} and set(order) == {three}, (spec, loops, order)
 
 
+def test_the_configurations_run_three_loops_from_the_measured_segment_lengths():
+    """16-bit D=128 bucket groups run three loops from 1,024-row segments (runs 118-119: Hash(16)
+    at 16k 3-5% faster; 512 rows even, run 120), D=64 and 96 from 2,048 (D=64 at 1,024 rows 1-2%
+    slower, run 118), D <= 32 and D=256 one masked loop at any length; fp32 runs three loops
+    everywhere. Hash(16) at 16,384 tokens is the D=128 edge."""
+    cuda = torch.device("cuda")
+    for D, rows in ((16, 0), (32, 0), (64, 2048), (96, 2048), (128, 1024), (256, 0)):
+        for dtype in (torch.float16, torch.bfloat16):
+            assert tile_config(D, dtype, cuda).long_segment_rows == rows, (D, dtype)
+        assert tile_config(D, torch.float32, cuda).single_loop == 0, D  # fp32: three loops everywhere
+    cfg = tile_config(128, torch.bfloat16, cuda)
+    assert 0 < cfg.long_segment_rows <= 16384 / 16 and not cfg.long_segment_rows <= 16384 / 32
+
+
 def test_noncontiguous_inputs():
     base = torch.randn((2, 100, 4, 32))  # (B, T, H, D): the layout many models keep
     q = base.transpose(1, 2)

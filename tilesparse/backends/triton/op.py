@@ -112,8 +112,8 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         # 128-wide forward tiles outside bucket groups were 2-6% faster with Triton 3.6 (round 5)
         # but compile with 100 in-loop spills on Triton 3.9, where nothing timed them: not taken.
         # Bucket segments of 2,048 rows or more run three loops (dP after): at D=64 Hash(16) at
-        # 32k 8% faster, at 131k 19% (kernels alone, round 10); head dims of 32 or less, not
-        # measured, keep one loop
+        # 32k 8% faster, at 131k 19% (kernels alone, round 10); from 1,024 rows Hash(16) at 16k was
+        # 1-2% slower (round 11, run 118); head dims of 32 or less, not measured, keep one loop
         # dK/dV by the warp-specialized kernel at D=64 (run 113, bench_targets_*_run113_h200.json,
         # kernel times at B=2, H=12, T=16k): QKDrop 0.7 / 0.5 / 0.3 26% / 24% / 16% faster, Hash(16)'s
         # 1,024-row bucket segments 13%, but Hash(64)'s 256-row ones 6% slower: bucket groups take it
@@ -130,13 +130,16 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         # dP first in the dK/dV kernel of groups that run three loops: QKDrop's dK/dV 5-7% faster at
         # T=32k; in one masked loop 4% slower (Hash(16), round 8). Bucket segments of 2,048 rows or
         # more run three loops: Hash(16) at 32k 8-10% faster (kernels, round 9), where Hash(64)'s
-        # 512-row segments are 3.5% slower that way and 1,024 rows about even (16k, single_loop rows)
+        # 512-row segments are 3.5% slower that way and 1,024 rows about even (16k, single_loop rows).
+        # With the dK/dV kernel below, D=128 from 1,024 rows: Hash(16)'s kernels at 16k 3-5% faster
+        # (round 11, runs 118-119); 512 rows even (round 12, run 120)
         # dK/dV by the warp-specialized kernel at D=128 (run 113, kernel times): QKDrop 0.7 / 0.5 / 0.3
         # 7% / 3-7% / 4-7% faster (B=1, H=32, Hkv=8, T=32k and B=2, H=12, T=16k), Hash(16) 14-15%,
         # Hash(64) 15% (256-row segments, 16k) and 22% (512, 32k): bucket groups from 256 rows a
         # segment (shorter ones not measured)
         cfg = TileConfig(128, 64, 64, 32, 64, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1,
-                         bucket_fwd_n=32, dp_first=1, long_segment_rows=2048, ws_dkdv=256 if head_dim == 128 else 0)
+                         bucket_fwd_n=32, dp_first=1, long_segment_rows=1024 if head_dim == 128 else 2048,
+                         ws_dkdv=256 if head_dim == 128 else 0)
     else:
         # 4 warps and 32x32 backward tiles: 2.8x faster than 8 warps with 16-wide tiles
         cfg = TileConfig(64, 32, 32, 32, 32, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2, dq_warps=4, dq_stages=2,

@@ -32,9 +32,9 @@ demo: $(STAMP)
 	$(BIN)/python -m tilesparse demo
 
 # two workers (pytest-xdist), whole files to each: a module-scoped build (the sm_90 compile)
-# then runs once
+# then runs once; files in collection order, where tests/conftest.py puts the longest first
 test: $(STAMP)
-	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # on a machine with a CUDA GPU: that machine's own python, torch and triton, the
 # kernels compiled (TRITON_INTERPRET=0: tests/conftest.py would default it to the interpreter),

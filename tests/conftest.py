@@ -5,9 +5,13 @@ first. The profile drops hypothesis's deadline (the tile executor's Python loops
 times vary with machine load); each test sets its own ``max_examples``. A run under the
 interpreter stops at once, saying what to install, when the installed numpy breaks the
 installed Triton's interpreter (versions.INTERPRETER_NUMPY_2_4) rather than failing test by test.
+The files that take minutes are collected first, longest first (``pytest_collection_modifyitems``):
+``make test`` hands whole files to its two workers in collection order (``--dist loadfile
+--no-loadscope-reorder``), so neither worker is left running one of them while the other waits.
 """
 
 import os
+from pathlib import Path
 
 # setdefault: the GPU tests (tests/gpu, on the device) run with TRITON_INTERPRET=0
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -32,3 +36,32 @@ def pytest_configure(config):
             f"Triton {major}.{minor} with numpy {np.__version__}: {INTERPRETER_NUMPY_2_4.what}; "
             "install 'numpy<2.4' (make test TRITON=triton==3.6.0 does) or a newer Triton"
         )
+
+
+# the CPU suite's longest files, longest first (seconds on a 2-core machine, each beside the other
+# worker's load: the sm_90 compile of every kernel variant ~660, the random-pattern property test
+# ~240, the rest 60-150); xdist's own order (most tests first) started the one-test property file
+# last, and one worker ran it alone for four minutes
+SLOW_FILES = (
+    "tests/backends/triton/test_compile_sm90.py",
+    "tests/backends/triton/test_triton_random_patterns.py",
+    "tests/backends/triton/test_triton_interpreter.py",
+    "tests/test_shorter_queries.py",
+    "tests/test_torch_integration.py",
+    "tests/backends/triton/test_compile_gluon_sm90.py",
+    "tests/test_examples.py",
+    "tests/test_padding.py",
+)
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+
+    def key(item) -> int:
+        try:
+            return rank.get(item.path.resolve().relative_to(_ROOT).as_posix(), len(SLOW_FILES))
+        except ValueError:  # a test outside this checkout
+            return len(SLOW_FILES)
+
+    items.sort(key=key)  # stable: every file keeps its tests' order, the others their collection order

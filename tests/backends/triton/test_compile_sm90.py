@@ -7,15 +7,17 @@ lists, per Triton release, the variants that spill today (fp32 at D >= 128: corr
 16-bit variants whose spills were measured to cost less than the configuration they replaced),
 with the count measured when they were listed: the test fails if another variant spills, or a
 listed one gets worse. The sanitizing variants (inputs holding an inf or NaN) have their own
-list, ``KNOWN_SANITIZE_LOOP_SPILLS``. The counts are measured for Triton 3.6 (torch 2.11's, which the
+list, ``KNOWN_SANITIZE_LOOP_SPILLS``; those of bf16 at D >= 64 with the causal hash and drop flags
+are compiled (sm90.variants says why not the others). The counts are measured for Triton 3.6 (torch 2.11's, which the
 H200 results were measured with), 3.7 (torch 2.13's, what `make test` installs) and 3.9; on
 another release the spill test holds its counts to the nearest measured release below it (as
 versions.py does for defects): a compiler that spills more fails until its table is added. The test also fails
 when a compiler pass drops the segment loop's skip of tiles the previous segment visited (see
 kernels._tiles and versions.CARRIED_SCALAR_FOLDED), and when the gathered tile loads of the
 16-bit kernels are not software-pipelined (cp.async). The index-building kernels (index.py)
-must compile without in-loop spills too. ~5-6 minutes on 2 cores (Triton caches builds under
-build/triton-cache).
+must compile without in-loop spills too. About 5 minutes of one core beside the other test
+worker (Triton caches builds under build/triton-cache; the SASS, 0.4 s of disassembly a kernel,
+is read only where a kernel has a stack frame to spill to).
 """
 
 from __future__ import annotations

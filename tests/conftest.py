@@ -56,12 +56,6 @@ _ROOT = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(SLOW_FILES)}
-
-    def key(item) -> int:
-        try:
-            return rank.get(item.path.resolve().relative_to(_ROOT).as_posix(), len(SLOW_FILES))
-        except ValueError:  # a test outside this checkout
-            return len(SLOW_FILES)
-
-    items.sort(key=key)  # stable: every file keeps its tests' order, the others their collection order
+    rank = {_ROOT / name: i for i, name in enumerate(SLOW_FILES)}
+    # stable: every file keeps its tests' order, the others their collection order
+    items.sort(key=lambda item: rank.get(item.path.resolve(), len(SLOW_FILES)))

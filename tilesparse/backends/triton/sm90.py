@@ -178,12 +178,16 @@ def report(compiled) -> Report:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
         f.flush()
-        usage = subprocess.run([_cuobjdump(), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+
+        def dump(flag: str) -> str:
+            return subprocess.run([_cuobjdump(), flag, f.name], capture_output=True, text=True, check=True).stdout
+
+        usage = dump("-res-usage")
         regs = int(re.search(r"REG:(\d+)", usage).group(1))
         stack = int(re.search(r"STACK:(\d+)", usage).group(1))
         # spills are loads and stores of the stack frame: without one there are none, and the SASS
         # (0.4 s of disassembly a kernel, most of a cached compile's time) is read only with one
-        sass = subprocess.run([_cuobjdump(), "-sass", f.name], capture_output=True, text=True, check=True).stdout if stack else ""
+        sass = dump("-sass") if stack else ""
     ttgir = compiled.asm["ttgir"]
     # the dedup must survive every pass (see kernels._tiles): lo = max(lo, previous segment's hi)
     dedup = re.search(r"arith\.maxsi %lo\w*, %prev_hi", ttgir) is not None

@@ -99,16 +99,23 @@ def kernel_ms(fn, iters: int = 3, every: bool = False) -> dict[str, float]:  # a
     return out
 
 
-def probe_args(tag: str, variants: str, variants_help: str) -> argparse.Namespace:
-    """The command line of the kernel probes (probe_gluon_fwd.py, probe_gluon_bwd.py)."""
+def probe_args(tag: str, variants: str | dict[str, str], variants_help: str, kernels: tuple[str, ...] = ()) -> argparse.Namespace:
+    """The command line of the kernel probes (probe_gluon_fwd.py, probe_gluon_bwd.py); ``kernels``:
+    the probe's kernels, the first the default (``--kernel``; ``--variants`` then defaults to
+    ``variants[kernel]``)."""
     ap = argparse.ArgumentParser()
+    if kernels:
+        ap.add_argument("--kernel", choices=kernels, default=kernels[0])
     ap.add_argument("--compile", action="store_true", help="compile for sm_90 only (no GPU): registers, spills, shared")
     ap.add_argument("--out", default=".")
     ap.add_argument("--shapes", default="1,32,8,128,16384;1,32,8,128,32768")
     ap.add_argument("--patterns", default="keep0.7,keep0.5")
-    ap.add_argument("--variants", default=variants, help=variants_help)
+    ap.add_argument("--variants", default=None if kernels else variants, help=variants_help)
     ap.add_argument("--tag", default=tag)
-    return ap.parse_args()
+    args = ap.parse_args()
+    if kernels and args.variants is None:
+        args.variants = variants[args.kernel]
+    return args
 
 
 def probe_results(args: argparse.Namespace):

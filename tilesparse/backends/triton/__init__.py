@@ -59,14 +59,18 @@ class TritonBackend(Backend):
         return [f"{n} (the kernels need unit stride along D; other strides are read in place)" for n in strided]
 
     def kernel_notes(self, inputs: AttentionInputs) -> list[str]:
-        from .op import tile_config, ws_dkdv_reason
+        from .op import tile_config, ws_dkdv_reason, ws_dq_reason
 
         cfg = tile_config(inputs.head_dim, inputs.dtype, inputs.device)
-        reason = ws_dkdv_reason(inputs.q, cfg)
-        if reason is None:
-            return [f"triton dK/dV: the warp-specialized Gluon kernel (gluon_dkdv.py; in a group with buckets where "
-                    f"its segments hold {cfg.ws_dkdv} rows or more on average)"]
-        return [f"triton dK/dV: the Triton kernel (the warp-specialized one does not run: {reason})"]
+        notes = []
+        for name, module, rows, reason in (("dQ", "gluon_dq", cfg.ws_dq, ws_dq_reason(inputs.q, cfg)),
+                                           ("dK/dV", "gluon_dkdv", cfg.ws_dkdv, ws_dkdv_reason(inputs.q, cfg))):
+            if reason is None:
+                notes.append(f"triton {name}: the warp-specialized Gluon kernel ({module}.py; in a group with buckets "
+                             f"where its segments hold {rows} rows or more on average)")
+            else:
+                notes.append(f"triton {name}: the Triton kernel (the warp-specialized one does not run: {reason})")
+        return notes
 
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
         from .interpreter import patch_bf16_dot

@@ -40,7 +40,7 @@ from ...ir.semantics import KEY_SENTINEL as _KEY_SENTINEL
 from .launch import LeanKernel, lean_supported
 from .versions import installed_triton
 
-__all__ = ["GLUON_TRITON", "WsConfig", "launch", "unusable", "ws_config"]
+__all__ = ["GLUON_TRITON", "WsConfig", "gluon_reason", "launch", "unusable", "ws_config"]
 
 # the Triton releases this kernel was written for and run on (3.7 and 3.8 compile it too, in CI
 # and by hand, but nothing ran it there: they launch the Triton kernel instead; 3.9 does not compile it)
@@ -78,15 +78,23 @@ def unusable(q: torch.Tensor, block_k: int) -> str | None:
 
 @functools.cache
 def _unusable_on(device: int, dtype: torch.dtype, head_dim: int, block_k: int) -> str | None:
+    block = None if block_k == 64 else f"key blocks of {block_k} rows (the kernel takes 64)"
+    return gluon_reason(device, dtype, ws_config(head_dim) is not None, head_dim, block)
+
+
+def gluon_reason(device: int, dtype: torch.dtype, has_shape: bool, head_dim: int, block: str | None) -> str | None:
+    """Why a Gluon kernel of this backend cannot run (None when it can): the GPU (Hopper), the dtype
+    (fp16, bf16), the head dim (``has_shape``: the kernel has a launch shape for it, 64 and 128),
+    ``block`` (the kernel's own block-size reason, or None) and the Triton release."""
     cap = torch.cuda.get_device_capability(device)
     if cap != (9, 0):
         return f"GPU compute capability {cap} is not (9, 0) (Hopper)"
     if dtype not in (torch.float16, torch.bfloat16):
         return f"{dtype} (the kernel takes fp16 and bf16)"
-    if ws_config(head_dim) is None:
+    if not has_shape:
         return f"head dim {head_dim} (the kernel takes 64 and 128)"
-    if block_k != 64:
-        return f"key blocks of {block_k} rows (the kernel takes 64)"
+    if block is not None:
+        return block
     if installed_triton() not in GLUON_TRITON:
         return f"Triton {'.'.join(map(str, installed_triton()))} (the kernel is run on {sorted(GLUON_TRITON)} only)"
     return None

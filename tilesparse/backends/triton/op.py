@@ -37,6 +37,10 @@ __all__ = [
     "single_loop",
     "sparse_attention",
     "tile_config",
+    "ws_dkdv",
+    "ws_dkdv_reason",
+    "ws_dq",
+    "ws_dq_reason",
 ]
 
 LOG2E = 1.4426950408889634
@@ -82,6 +86,10 @@ class TileConfig:
     # without a bucket predicate and in those whose mean bucket segment holds at least this many
     # rows; its own tiles (gluon_dkdv.ws_config) replace dkdv_m and the bwd_* launch parameters
     # there. 0: the Triton kernel everywhere
+    ws_dq: int = 0  # > 0: dQ (and delta) by the warp-specialized Gluon kernel where it can run
+    # (gluon_dq.unusable: Hopper, 16-bit, D = 64 or 128, 128-row query blocks, a Triton it was
+    # checked on), by ws_dkdv's rule on bucket segments with this many rows; its own key tiles
+    # (gluon_dq.dq_config) replace dq_n and the dq_* launch parameters there. 0: the Triton kernel
 
     def forward_tile(self, same_bucket: bool) -> int:
         """The forward kernel's key tile width for a group with (or without) a bucket predicate."""
@@ -137,9 +145,14 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         # 7% / 3-7% / 4-7% faster (B=1, H=32, Hkv=8, T=32k and B=2, H=12, T=16k), Hash(16) 14-15%,
         # Hash(64) 15% (256-row segments, 16k) and 22% (512, 32k): bucket groups from 256 rows a
         # segment (shorter ones not measured)
+        # dQ by the warp-specialized kernel at D=128 (run 123, kernel times with its 2-stage shape):
+        # QKDrop 0.7 / 0.5 / 0.3 17% / 15% / 10% faster at B=1, H=32, Hkv=8, T=32k, 15% / 16% / 9% at
+        # B=2, H=12, T=16k; Hash(16)'s 2,048-row segments (32k) 5%, its 1,024-row ones (16k) even,
+        # Hash(64)'s 512 (32k) even and 256 (16k) 4% slower: bucket groups from 1,024 rows. 3 stages
+        # were 0-7% faster than 2 in the probe (gluon_dq.dq_config). D=64: 7-27% slower, not taken
         cfg = TileConfig(128, 64, 64, 32, 64, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1,
                          bucket_fwd_n=32, dp_first=1, long_segment_rows=1024 if head_dim == 128 else 2048,
-                         ws_dkdv=256 if head_dim == 128 else 0)
+                         ws_dkdv=256 if head_dim == 128 else 0, ws_dq=1024 if head_dim == 128 else 0)
     else:
         # 4 warps and 32x32 backward tiles: 2.8x faster than 8 warps with 16-wide tiles
         cfg = TileConfig(64, 32, 32, 32, 32, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2, dq_warps=4, dq_stages=2,
@@ -285,11 +298,16 @@ class _SparseAttention(torch.autograd.Function):
 
         full = Hg == H
         dq = torch.empty_like(q) if full else torch.zeros_like(q)
+        unchanged = None
+        if ws_dq(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
+            from . import gluon_dq
+
+            unchanged = functools.partial(gluon_dq.launch, head_dim=D, max_seg=g.q_ranges.shape[3], flags=flags)
         launch_pair(
             kernels._attn_bwd_dq, (n_qb, B * Hg), q, k, v, o, do, dq, lse, delta,
             g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
-            Hg, T, Tk, n_qb, scale * LOG2E, scale, k_group, v_group,
+            Hg, T, Tk, n_qb, scale * LOG2E, scale, k_group, v_group, unchanged=unchanged,
             BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n, MAX_SEG=g.q_ranges.shape[3], num_warps=cfg.dq_warps, num_stages=cfg.dq_stages,
             **common, **flags,
         )  # fmt: skip
@@ -331,24 +349,53 @@ def ws_dkdv(cfg: TileConfig, q: Tensor, g: PreparedGroup | None = None) -> bool:
     """Whether dK/dV of a call on ``q`` runs the warp-specialized Gluon kernel (gluon_dkdv.py):
     on this device and configuration, and for group ``g`` where given (``cfg.ws_dkdv``'s rule
     on bucket segments)."""
-    if not cfg.ws_dkdv:  # off in this configuration: nothing more to look at on the backward path
-        return False
-    if g is not None and g.group.has(SameBucket) and segment_rows(g) < cfg.ws_dkdv:
+    if not _takes(cfg.ws_dkdv, g):  # nothing more to look at on the backward path
         return False
     return ws_dkdv_reason(q, cfg) is None
 
 
+def ws_dq(cfg: TileConfig, q: Tensor, g: PreparedGroup | None = None) -> bool:
+    """Whether dQ of a call on ``q`` runs the warp-specialized Gluon kernel (gluon_dq.py), by
+    :func:`ws_dkdv`'s rule on ``cfg.ws_dq``."""
+    if not _takes(cfg.ws_dq, g):
+        return False
+    return ws_dq_reason(q, cfg) is None
+
+
+def _takes(rows: int, g: PreparedGroup | None) -> bool:
+    """A Gluon kernel's rule (``TileConfig.ws_dkdv``, ``ws_dq``): on (``rows`` > 0), and for group
+    ``g`` where given, in a group without a bucket predicate or with bucket segments of ``rows``
+    rows or more."""
+    return rows > 0 and (g is None or not g.group.has(SameBucket) or segment_rows(g) >= rows)
+
+
+def ws_dq_reason(q: Tensor, cfg: TileConfig) -> str | None:
+    """Why the warp-specialized dQ kernel does not run for a call on ``q`` (None: it does)."""
+    return _gluon_reason(q, cfg.ws_dq) or _module("gluon_dq").unusable(q, cfg.block_q)
+
+
 def ws_dkdv_reason(q: Tensor, cfg: TileConfig) -> str | None:
     """Why the warp-specialized dK/dV kernel does not run for a call on ``q`` (None: it does)."""
+    return _gluon_reason(q, cfg.ws_dkdv) or _module("gluon_dkdv").unusable(q, cfg.block_k)
+
+
+def _gluon_reason(q: Tensor, rows: int) -> str | None:
+    """What keeps every Gluon kernel of a call on ``q`` from running, before the kernel's own
+    reasons: the interpreter, the device, and its configuration field ``rows`` (0: off)."""
     if interpreting():
         return "Gluon kernels do not run under TRITON_INTERPRET=1"
     if q.device.type != "cuda":
         return "not on a CUDA device"
-    if not cfg.ws_dkdv:
+    if not rows:
         return "off in the tile configuration of this head dim and dtype"
-    from . import gluon_dkdv
+    return None
 
-    return gluon_dkdv.unusable(q, cfg.block_k)
+
+def _module(name: str):
+    """A Gluon kernel's module, imported when first asked for (it imports Triton's Gluon)."""
+    import importlib
+
+    return importlib.import_module(f"{__package__}.{name}")
 
 
 def _sum_into_heads(per_query_head: Tensor, head_map: Tensor, group: int, like: Tensor, in_order: bool) -> Tensor:
@@ -374,6 +421,9 @@ def compiled_kernel_count() -> int:
     gluon = sys.modules.get(f"{__package__}.gluon_dkdv")  # imported where its kernel can run
     if gluon is not None:
         fns.append(gluon._attn_bwd_dkdv_ws)
+    gluon_dq = sys.modules.get(f"{__package__}.gluon_dq")
+    if gluon_dq is not None:
+        fns.append(gluon_dq._attn_bwd_dq_ws)
     for fn in fns:
         for cache in getattr(fn, "device_caches", {}).values():
             total += len(cache[0])

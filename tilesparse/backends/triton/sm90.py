@@ -29,10 +29,13 @@ __all__ = [
     "Report",
     "Variant",
     "compile_gluon_dkdv",
+    "compile_gluon_dq",
     "compile_index_kernel",
     "candidate_variants",
     "compile_variant",
     "gluon_dkdv_variants",
+    "gluon_dq_variant_name",
+    "gluon_dq_variants",
     "gluon_variant_name",
     "index_variants",
     "report",
@@ -282,7 +285,31 @@ def gluon_dkdv_variants() -> list[tuple[torch.dtype, int, tuple[tuple[str, bool]
     per query head, single loop): every flag combination the IR can produce at bf16, D=64, in
     one loop and three; at D=128 (bf16 and fp16) and fp16 D=64 the hash-causal flags both ways
     and the drop-causal ones in three loops; each into the kv heads and per query head."""
-    combos = [
+    out = [(torch.bfloat16, 64, f, gqa, single) for f in _flag_combos() for single in (True, False)
+           for gqa in (False, True)]  # fmt: skip
+    for dtype, d in ((torch.bfloat16, 128), (torch.float16, 128), (torch.float16, 64)):
+        for flags, single in ((HASH_CAUSAL, True), (HASH_CAUSAL, False), (DROP_CAUSAL, False)):
+            out += [(dtype, d, flags, gqa, single) for gqa in (False, True)]
+    return out
+
+
+def gluon_dq_variants() -> list[tuple[torch.dtype, int, tuple[tuple[str, bool], ...], bool]]:
+    """The warp-specialized dQ kernel's launches (gluon_dq.py) as (dtype, head dim, flags, single
+    loop): every flag combination the IR can produce at bf16, D=128 (where the backend takes it),
+    in one loop; the hash-causal and drop-causal flags in three loops there; fp16 D=128 and bf16
+    D=64 (taken only when a configuration override asks) with the drop-causal flags in three
+    loops and, at D=64, the hash-causal ones in one. The variants differ from each other only in
+    their predicates, loop shape, products' type and tile widths, which these cover."""
+    out = [(torch.bfloat16, 128, f, True) for f in _flag_combos()]
+    out += [(torch.bfloat16, 128, HASH_CAUSAL, False), (torch.bfloat16, 128, DROP_CAUSAL, False),
+            (torch.float16, 128, DROP_CAUSAL, False), (torch.bfloat16, 64, DROP_CAUSAL, False),
+            (torch.bfloat16, 64, HASH_CAUSAL, True)]  # fmt: skip
+    return out
+
+
+def _flag_combos() -> list[tuple[tuple[str, bool], ...]]:
+    """Every predicate flag set the IR can produce (strict only with causal; not-self only without)."""
+    return [
         (("CAUSAL", c), ("STRICT", s), ("SAME_BUCKET", b), ("NOT_SELF", n))
         for c in (True, False)
         for s in (True, False)
@@ -290,11 +317,6 @@ def gluon_dkdv_variants() -> list[tuple[torch.dtype, int, tuple[tuple[str, bool]
         for n in (True, False)
         if not (s and not c) and not (n and c)
     ]
-    out = [(torch.bfloat16, 64, f, gqa, single) for f in combos for single in (True, False) for gqa in (False, True)]
-    for dtype, d in ((torch.bfloat16, 128), (torch.float16, 128), (torch.float16, 64)):
-        for flags, single in ((HASH_CAUSAL, True), (HASH_CAUSAL, False), (DROP_CAUSAL, False)):
-            out += [(dtype, d, flags, gqa, single) for gqa in (False, True)]
-    return out
 
 
 def gluon_variant_name(dtype: torch.dtype, head_dim: int, flags, per_query_head: bool, single_loop: bool) -> str:
@@ -303,27 +325,48 @@ def gluon_variant_name(dtype: torch.dtype, head_dim: int, flags, per_query_head:
     return f"gluon dkdv {_DTYPES[dtype]} D={head_dim} {on}{' gqa' if per_query_head else ''} {loops}"
 
 
-def compile_gluon_dkdv(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str, bool], ...], per_query_head: bool,
-                       single_loop: bool, config=None):
-    """Compile the warp-specialized dK/dV kernel for sm_90 (a launch of gluon_dkdv.launch, at
-    ``config``, a ``gluon_dkdv.WsConfig``, or the head dim's own)."""
+def gluon_dq_variant_name(dtype: torch.dtype, head_dim: int, flags, single_loop: bool) -> str:
+    return gluon_variant_name(dtype, head_dim, flags, False, single_loop).replace("gluon dkdv", "gluon dq", 1)
+
+
+def _compile_gluon(fn, dtype: torch.dtype, const: dict, maxnreg: int, fp32: tuple[str, ...] = ()):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
+    os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
+    sig = _signature(fn, _DTYPES[dtype], const)
+    for name in fp32:
+        sig[name] = "*fp32"
+    src = GluonASTSource(fn, sig, const, _divisible(fn, sig, strides=True))
+    options = dict(num_warps=4, maxnreg=maxnreg, **OPTIONS)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def compile_gluon_dkdv(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str, bool], ...], per_query_head: bool,
+                       single_loop: bool, config=None):
+    """Compile the warp-specialized dK/dV kernel for sm_90 (a launch of gluon_dkdv.launch, at
+    ``config``, a ``gluon_dkdv.WsConfig``, or the head dim's own)."""
     from . import gluon_dkdv
 
-    os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
-    fn = gluon_dkdv._attn_bwd_dkdv_ws
     cfg = config or gluon_dkdv.ws_config(head_dim)
     const = dict(DKV_PER_QUERY_HEAD=per_query_head, HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=64, MAX_SEG=16,
                  **dict(flags), SINGLE_LOOP=single_loop, STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4)
-    sig = _signature(fn, _DTYPES[dtype], const)
-    if per_query_head:  # fp32 buffers, summed into the kv heads after
-        sig["DK"] = sig["DV"] = "*fp32"
-    src = GluonASTSource(fn, sig, const, _divisible(fn, sig, strides=True))
-    options = dict(num_warps=4, maxnreg=cfg.maxnreg, **OPTIONS)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    # per query head: fp32 buffers, summed into the kv heads after
+    return _compile_gluon(gluon_dkdv._attn_bwd_dkdv_ws, dtype, const, cfg.maxnreg,
+                          ("DK", "DV") if per_query_head else ())
+
+
+def compile_gluon_dq(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str, bool], ...], single_loop: bool,
+                     config=None):
+    """Compile the warp-specialized dQ kernel for sm_90 (a launch of gluon_dq.launch, at ``config``,
+    a ``gluon_dq.DqConfig``, or the head dim's own)."""
+    from . import gluon_dq
+
+    cfg = config or gluon_dq.dq_config(head_dim)
+    const = dict(HEAD_DIM=head_dim, BLOCK_M=gluon_dq.BLOCK_M, BLOCK_N=cfg.block_n, MAX_SEG=16, **dict(flags),
+                 SINGLE_LOOP=single_loop, STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4)
+    return _compile_gluon(gluon_dq._attn_bwd_dq_ws, dtype, const, cfg.maxnreg)
 
 
 def index_variants() -> list[tuple[str, dict]]:
@@ -411,7 +454,8 @@ def main(argv: list[str] | None = None) -> None:
                              "this JSON list (inline, or @FILE as benchmarks/sweep_kernels.py takes it), for the "
                              "hash and the drop flags, and print one line per variant")  # fmt: skip
     parser.add_argument("--gluon", action="store_true",
-                        help="instead: compile the warp-specialized dK/dV kernel's variants (gluon_dkdv_variants)")
+                        help="instead: compile the warp-specialized dK/dV and dQ kernels' variants "
+                             "(gluon_dkdv_variants, gluon_dq_variants)")
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES.values()))
     args = parser.parse_args(argv)
@@ -427,6 +471,9 @@ def main(argv: list[str] | None = None) -> None:
         for v in gluon_dkdv_variants():
             r = report(compile_gluon_dkdv(*v))
             print(json.dumps(dict(variant=gluon_variant_name(*v), head_dim=v[1], **r.__dict__)), flush=True)
+        for v in gluon_dq_variants():
+            r = report(compile_gluon_dq(*v))
+            print(json.dumps(dict(variant=gluon_dq_variant_name(*v), head_dim=v[1], **r.__dict__)), flush=True)
         return
     rows = []
 

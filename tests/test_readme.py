@@ -258,7 +258,7 @@ def test_readme_model_shape_tables_are_the_committed_json():
     """The tables of the model-shape section are ``bench_models.py --table`` of the committed
     JSON, figure for figure."""
     section = README.split("## Performance at model shapes (H200)", 1)[1].split("\n## ", 1)[0]
-    for name in ("bench_models_run89_h200.json", "bench_models_targets_h200.json"):
+    for name in ("bench_models_run124_h200.json", "bench_models_targets_h200.json"):
         r = run_python("benchmarks/bench_models.py", "--table", str(ROOT / "benchmarks" / "results" / name))
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() in section, f"{name}: the README's tables differ from --table"

@@ -43,7 +43,7 @@ def test_the_configurations_take_it_at_d128_only():
             want = 1024 if D == 128 and dtype != torch.float32 else 0
             assert tile_config(D, dtype, torch.device("cuda")).ws_dq == want, (D, dtype)
     assert tile_config(128, torch.bfloat16, torch.device("cpu")).ws_dq == 0
-    assert gluon_dq.dq_config(128) == gluon_dq.DqConfig(64, 3, 224)
+    assert gluon_dq.dq_config(128) == gluon_dq.DqConfig(64, 3, 216)
     assert gluon_dq.dq_config(32) is None and gluon_dq.dq_config(256) is None
 
 

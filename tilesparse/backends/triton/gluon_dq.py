@@ -54,12 +54,14 @@ class DqConfig:
     maxnreg: int = 168
 
 
-# per head dim (benchmarks/probe_gluon_bwd.py --kernel dq, run 123; kernel times against the Triton dQ kernel).
-# D=128: 64-key tiles in 3 stages, QKDrop 0.7 / 0.3 and Hash(16) at B=1, H=32, Hkv=8, T=32k 1.13x / 1.13x /
-# 1.11x (2 stages: 1.14x / 1.05x / 1.06x; 128-key tiles 0.56-0.99x). D=64 (B=2, H=12, T=16k): every shape
-# 0.73-0.93x, so the backend keeps the Triton kernel there (op.tile_config). At 232 registers the producer
-# keeps 40 and spills in its loop at D=128; at 224 nothing spills
-_CONFIGS = {64: DqConfig(64, 3, 224), 128: DqConfig(64, 3, 224)}
+# per head dim (benchmarks/probe_gluon_bwd.py --kernel dq, runs 123 and 126; kernel times against the Triton dQ
+# kernel). D=128: 64-key tiles in 3 stages, QKDrop 0.7 / 0.3 and Hash(16) at B=1, H=32, Hkv=8, T=32k 1.13x /
+# 1.13x / 1.11x at 224 consumer registers (2 stages: 1.14x / 1.05x / 1.06x; 128-key tiles 0.56-0.99x). Run
+# 126: at 216 (the producer keeps 72) 1.15x / 1.19x / 1.08x, and at B=2, H=12, T=16k 1.19x / 1.22x / 1.09x,
+# the same as 224 or faster in all six rows; 4 stages no faster, 32-key tiles 0.99-1.08x. D=64 (B=2, H=12,
+# T=16k): every shape 0.73-0.93x, so the backend keeps the Triton kernel there (op.tile_config). At 232
+# registers the producer keeps 40 and spills in its loop at D=128; at 224 and below nothing spills
+_CONFIGS = {64: DqConfig(64, 3, 216), 128: DqConfig(64, 3, 216)}
 
 
 def dq_config(head_dim: int) -> DqConfig | None:

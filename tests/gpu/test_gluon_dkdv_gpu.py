@@ -17,9 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 import tilesparse as ts
-from tilesparse.backends.triton.gluon_dkdv import GLUON_TRITON
 from tilesparse.backends.triton.op import override_config, tile_config, ws_dkdv, ws_dkdv_reason
-from tilesparse.backends.triton.versions import installed_triton
 from tilesparse.testing import assert_equivalent
 
 from gluon_cases import (
@@ -38,10 +36,7 @@ from gluon_cases import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _hopper_and_a_checked_triton():
-    if torch.cuda.get_device_capability() != (9, 0) or installed_triton() not in GLUON_TRITON:
-        pytest.skip(f"the kernel runs on Hopper with a Triton in {sorted(GLUON_TRITON)} only")
+pytestmark = pytest.mark.usefixtures("gluon_runs_here")  # conftest.py: Hopper and a checked Triton
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)

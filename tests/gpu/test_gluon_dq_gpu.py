@@ -15,9 +15,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 import tilesparse as ts
-from tilesparse.backends.triton.gluon_dkdv import GLUON_TRITON
 from tilesparse.backends.triton.op import override_config, tile_config, ws_dq, ws_dq_reason
-from tilesparse.backends.triton.versions import installed_triton
 from tilesparse.testing import assert_equivalent
 
 from gluon_cases import (
@@ -36,10 +34,7 @@ from gluon_cases import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _hopper_and_a_checked_triton():
-    if torch.cuda.get_device_capability() != (9, 0) or installed_triton() not in GLUON_TRITON:
-        pytest.skip(f"the kernel runs on Hopper with a Triton in {sorted(GLUON_TRITON)} only")
+pytestmark = pytest.mark.usefixtures("gluon_runs_here")  # conftest.py: Hopper and a checked Triton
 
 
 def test_explain_names_it_where_it_runs():

@@ -349,17 +349,13 @@ def ws_dkdv(cfg: TileConfig, q: Tensor, g: PreparedGroup | None = None) -> bool:
     """Whether dK/dV of a call on ``q`` runs the warp-specialized Gluon kernel (gluon_dkdv.py):
     on this device and configuration, and for group ``g`` where given (``cfg.ws_dkdv``'s rule
     on bucket segments)."""
-    if not _takes(cfg.ws_dkdv, g):  # nothing more to look at on the backward path
-        return False
-    return ws_dkdv_reason(q, cfg) is None
+    return _takes(cfg.ws_dkdv, g) and ws_dkdv_reason(q, cfg) is None
 
 
 def ws_dq(cfg: TileConfig, q: Tensor, g: PreparedGroup | None = None) -> bool:
     """Whether dQ of a call on ``q`` runs the warp-specialized Gluon kernel (gluon_dq.py), by
     :func:`ws_dkdv`'s rule on ``cfg.ws_dq``."""
-    if not _takes(cfg.ws_dq, g):
-        return False
-    return ws_dq_reason(q, cfg) is None
+    return _takes(cfg.ws_dq, g) and ws_dq_reason(q, cfg) is None
 
 
 def _takes(rows: int, g: PreparedGroup | None) -> bool:
@@ -369,14 +365,24 @@ def _takes(rows: int, g: PreparedGroup | None) -> bool:
     return rows > 0 and (g is None or not g.group.has(SameBucket) or segment_rows(g) >= rows)
 
 
-def ws_dq_reason(q: Tensor, cfg: TileConfig) -> str | None:
-    """Why the warp-specialized dQ kernel does not run for a call on ``q`` (None: it does)."""
-    return _gluon_reason(q, cfg.ws_dq) or _module("gluon_dq").unusable(q, cfg.block_q)
-
-
 def ws_dkdv_reason(q: Tensor, cfg: TileConfig) -> str | None:
     """Why the warp-specialized dK/dV kernel does not run for a call on ``q`` (None: it does)."""
-    return _gluon_reason(q, cfg.ws_dkdv) or _module("gluon_dkdv").unusable(q, cfg.block_k)
+    reason = _gluon_reason(q, cfg.ws_dkdv)
+    if reason is None:
+        from . import gluon_dkdv  # imports Triton's Gluon: only where a Gluon kernel can run
+
+        reason = gluon_dkdv.unusable(q, cfg.block_k)
+    return reason
+
+
+def ws_dq_reason(q: Tensor, cfg: TileConfig) -> str | None:
+    """Why the warp-specialized dQ kernel does not run for a call on ``q`` (None: it does)."""
+    reason = _gluon_reason(q, cfg.ws_dq)
+    if reason is None:
+        from . import gluon_dq
+
+        reason = gluon_dq.unusable(q, cfg.block_q)
+    return reason
 
 
 def _gluon_reason(q: Tensor, rows: int) -> str | None:
@@ -389,13 +395,6 @@ def _gluon_reason(q: Tensor, rows: int) -> str | None:
     if not rows:
         return "off in the tile configuration of this head dim and dtype"
     return None
-
-
-def _module(name: str):
-    """A Gluon kernel's module, imported when first asked for (it imports Triton's Gluon)."""
-    import importlib
-
-    return importlib.import_module(f"{__package__}.{name}")
 
 
 def _sum_into_heads(per_query_head: Tensor, head_map: Tensor, group: int, like: Tensor, in_order: bool) -> Tensor:

@@ -15,7 +15,7 @@ from tilesparse.bench.planner_check import check_results, main, time_row
 from tilesparse.planner.calibrate import points_of
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "benchmarks" / "results" / "bench_targets_run88_h200.json"
+BENCH = ROOT / "benchmarks" / "results" / "bench_targets_run128_h200.json"
 
 
 def test_offline_every_h200_row_picks_the_fastest_measured_option(tmp_path):

@@ -41,7 +41,8 @@ test: $(STAMP)
 # one line per test as it finishes. SHARD=1 to 4 runs one part (each meant to fit 10 minutes:
 # the Triton kernels; the CuPy kernels; planner, SDPA, reliability and CUDA graphs; decoding, padding and
 # sequence parallelism, the last needing two GPUs); no SHARD runs them all.
-GPU_SHARD_1 := tests/gpu/test_triton_gpu.py tests/gpu/test_gluon_dkdv_gpu.py tests/gpu/test_gluon_dq_gpu.py
+GPU_SHARD_1 := tests/gpu/test_triton_gpu.py tests/gpu/test_gluon_dkdv_gpu.py tests/gpu/test_gluon_dq_gpu.py \
+               tests/gpu/test_gluon_fwd_gpu.py
 GPU_SHARD_2 := tests/gpu/test_cupy_gpu.py
 GPU_SHARD_3 := tests/gpu/test_planner_gpu.py tests/gpu/test_sdpa_gpu.py tests/gpu/test_reliability_gpu.py \
 	tests/gpu/test_graph_capture_gpu.py tests/gpu/test_nan_containment_gpu.py

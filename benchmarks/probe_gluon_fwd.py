@@ -20,7 +20,9 @@ ranges, output and lse. Two loop shapes:
 And a warp-specialized kernel (variants ``ws:BLOCK_N:STAGES:COMPUTE_REGS[:OVERLAP[:PINGPONG]]``):
 a producer partition at few registers gathers K and V into the stages and hands each to two
 consumer warpgroups through mbarriers, so that the consumers never meet at a block barrier
-(``PINGPONG`` orders their products one after the other, as FlashAttention-3 does).
+(``PINGPONG`` orders their products one after the other, as FlashAttention-3 does). The producer
+gathers a 128-key tile in 32-row copies: one copy of all its rows spilled (run 130). The backend's
+forward at D=128 is this kernel with 128-key tiles (tilesparse/backends/triton/gluon_fwd.py).
 
 Compile for sm_90 without a GPU (registers, spills, shared memory):
 
@@ -43,6 +45,7 @@ import functools
 import itertools
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -281,20 +284,22 @@ def _ws_load(a, HEAD_DIM: gl.constexpr, HALF: gl.constexpr, BLOCK_N: gl.constexp
                                                q_base + rows.to(gl.int64)[:, None] * stride_qt + offs_d[None, :],
                                                mask=q_ok[:, None])
     async_copy.mbarrier_arrive(q_bar, increment_count=False)
-    offs_r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld))
+    CHUNK: gl.constexpr = 32 if BLOCK_N > 64 else BLOCK_N  # rows a copy: fewer live addresses a thread
+    offs_r = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, ld))
     c = 0
     for s in range(nseg):
         lo, hi, f0, f1 = _segment_tiles(rng, s, BLOCK_N)
         for n in range(lo, hi):
             stage = c % STAGES
             mbarrier.wait(empty.index(stage), ((c // STAGES) & 1) ^ 1)
-            offs_n = n * BLOCK_N + offs_r
-            n_ok = offs_n < seqlen_k
-            r = gl.load(k_order + offs_n, mask=n_ok, other=0).to(gl.int64)[:, None]
-            async_copy.async_copy_global_to_shared(k_smem.index(stage), k_base + r * stride_kt + offs_d[None, :],
-                                                   mask=n_ok[:, None])
-            async_copy.async_copy_global_to_shared(v_smem.index(stage), v_base + r * stride_vt + offs_d[None, :],
-                                                   mask=n_ok[:, None])
+            for j in gl.static_range(BLOCK_N // CHUNK):
+                offs_n = n * BLOCK_N + j * CHUNK + offs_r
+                n_ok = offs_n < seqlen_k
+                r = gl.load(k_order + offs_n, mask=n_ok, other=0).to(gl.int64)[:, None]
+                async_copy.async_copy_global_to_shared(k_smem.index(stage).slice(j * CHUNK, CHUNK),
+                                                       k_base + r * stride_kt + offs_d[None, :], mask=n_ok[:, None])
+                async_copy.async_copy_global_to_shared(v_smem.index(stage).slice(j * CHUNK, CHUNK),
+                                                       v_base + r * stride_vt + offs_d[None, :], mask=n_ok[:, None])
             async_copy.mbarrier_arrive(ready.index(stage), increment_count=False)
             c += 1
 
@@ -568,8 +573,10 @@ def main() -> int:
             scale = D**-0.5
             o_ref = torch.empty((B, len(g.heads), T, D), dtype=q.dtype, device=dev)
             lse_ref = torch.empty((B, len(g.heads), T), dtype=torch.float32, device=dev)
-            # its first call fills o_ref and lse_ref
-            t = timed(lambda: launch_fwd(q, k, v, o_ref, lse_ref, g, scale, cfg))  # noqa: B023
+            # its first call fills o_ref and lse_ref; the Triton forward, not the backend's Gluon one
+            # (gluon_fwd.py, on by default at D=128 since run 131: run 134's "triton" rows are that kernel)
+            tri_cfg = replace(cfg, ws_fwd=0)
+            t = timed(lambda: launch_fwd(q, k, v, o_ref, lse_ref, g, scale, tri_cfg))  # noqa: B023
             tri = t["ms"]
             bn_tri = forward_tile(g.group, cfg)
             vis = tile_stats(g, block_n=bn_tri, exact=False)["visited"] * cfg.block_q * bn_tri

@@ -59,11 +59,12 @@ class TritonBackend(Backend):
         return [f"{n} (the kernels need unit stride along D; other strides are read in place)" for n in strided]
 
     def kernel_notes(self, inputs: AttentionInputs) -> list[str]:
-        from .op import tile_config, ws_dkdv_reason, ws_dq_reason
+        from .op import tile_config, ws_dkdv_reason, ws_dq_reason, ws_fwd_reason
 
         cfg = tile_config(inputs.head_dim, inputs.dtype, inputs.device)
         notes = []
-        for name, module, rows, reason in (("dQ", "gluon_dq", cfg.ws_dq, ws_dq_reason(inputs.q, cfg)),
+        for name, module, rows, reason in (("forward", "gluon_fwd", cfg.ws_fwd, ws_fwd_reason(inputs.q, cfg)),
+                                           ("dQ", "gluon_dq", cfg.ws_dq, ws_dq_reason(inputs.q, cfg)),
                                            ("dK/dV", "gluon_dkdv", cfg.ws_dkdv, ws_dkdv_reason(inputs.q, cfg))):
             if reason is None:
                 notes.append(f"triton {name}: the warp-specialized Gluon kernel ({module}.py; in a group with buckets "

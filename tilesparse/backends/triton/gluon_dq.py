@@ -37,16 +37,16 @@ import torch
 from .gluon_dkdv import GLUON_TRITON, KEY_SENTINEL, _keep, _tiles, gluon_reason
 from .launch import LeanKernel, lean_supported
 
-__all__ = ["BLOCK_M", "GLUON_TRITON", "DqConfig", "dq_config", "launch", "unusable"]
+__all__ = ["BLOCK_M", "GLUON_TRITON", "DqConfig", "block_reason", "dq_config", "launch", "launch_constants", "unusable"]
 
 BLOCK_M = 128  # the query block: the IR's block_q, two consumers of 64 rows
 
 
 @dataclass(frozen=True)
 class DqConfig:
-    """Launch shape of the kernel: key tile width, ring stages, the consumers' registers and the
-    kernel's register cap (``maxnreg``: 12 warps at 168 fill an SM's 64K registers; the producer
-    keeps 3 x 168 - 2 x ``regs`` a thread)."""
+    """Launch shape of the kernel (and of gluon_fwd.py's, ``FwdConfig``): key tile width, ring
+    stages, the consumers' registers and the kernel's register cap (``maxnreg``: 12 warps at 168
+    fill an SM's 64K registers; the producer keeps 3 x 168 - 2 x ``regs`` a thread)."""
 
     block_n: int
     stages: int
@@ -77,8 +77,12 @@ def unusable(q: torch.Tensor, block_q: int) -> str | None:
 
 @functools.cache
 def _unusable_on(device: int, dtype: torch.dtype, head_dim: int, block_q: int) -> str | None:
-    block = None if block_q == BLOCK_M else f"query blocks of {block_q} rows (the kernel takes {BLOCK_M})"
-    return gluon_reason(device, dtype, dq_config(head_dim) is not None, head_dim, block)
+    return gluon_reason(device, dtype, dq_config(head_dim) is not None, head_dim, block_reason(block_q))
+
+
+def block_reason(block_q: int) -> str | None:
+    """Why a kernel over 128-row query blocks (this one, gluon_fwd.py's) cannot take ``block_q``."""
+    return None if block_q == BLOCK_M else f"query blocks of {block_q} rows (the kernel takes {BLOCK_M})"
 
 
 def launch(grid: tuple[int, int], args: tuple, *, head_dim: int, max_seg: int, flags: dict,
@@ -86,12 +90,16 @@ def launch(grid: tuple[int, int], args: tuple, *, head_dim: int, max_seg: int, f
     """dQ into ``args``' DQ and delta into its DELTA: ``args`` are ``kernels._attn_bwd_dq``'s
     runtime arguments (through ``v_group``); ``flags`` its predicate and loop flags (op._flags);
     ``config`` another launch shape than ``dq_config(head_dim)`` (benchmarks, sweeps)."""
-    cfg = config or dq_config(head_dim)
-    constants = dict(
+    _launcher().launch(grid, args, launch_constants(config or dq_config(head_dim), head_dim, max_seg, flags))
+
+
+def launch_constants(cfg: DqConfig, head_dim: int, max_seg: int, flags: dict) -> dict:
+    """The compile-time constants and launch options of a kernel over 128-row query blocks (this
+    one, gluon_fwd.py's) at launch shape ``cfg``."""
+    return dict(
         HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, MAX_SEG=max_seg, **flags, STAGES=cfg.stages,
         COMPUTE_REGS=cfg.regs, num_warps=4, maxnreg=cfg.maxnreg,
     )  # fmt: skip
-    _launcher().launch(grid, args, constants)
 
 
 @functools.cache
@@ -134,20 +142,32 @@ def _load(a, HEAD_DIM: gl.constexpr, HALF: gl.constexpr, BLOCK_N: gl.constexpr, 
         async_copy.async_copy_global_to_shared(do_smem.index(half), do_base + rows * stride_dot + offs_d[None, :],
                                                mask=q_ok)
     async_copy.mbarrier_arrive(q_bar, increment_count=False)
-    offs_r = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld))
+    _kv_stages(k_smem, v_smem, ready, empty, k_base, v_base, k_order, rng, nseg, stride_kt, stride_vt, seqlen_k,
+               offs_d, BLOCK_N, STAGES, SINGLE_LOOP, BLOCK_N, ld)
+
+
+@gluon.jit
+def _kv_stages(k_smem, v_smem, ready, empty, k_base, v_base, k_order, rng, nseg, stride_kt, stride_vt, seqlen_k,
+               offs_d, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SINGLE_LOOP: gl.constexpr, CHUNK: gl.constexpr,
+               ld: gl.constexpr):
+    """The producer's key-tile loop (this kernel's and gluon_fwd.py's): each key tile's K and V rows
+    through the key layout order into the next stage once both consumers handed it back, in copies
+    of ``CHUNK`` rows (a copy keeps an address a thread live per 8 of its elements)."""
+    offs_r = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, ld))
     c = 0
     for s in range(nseg):
         lo, hi, f0, f1 = _tiles(rng, s, BLOCK_N, SINGLE_LOOP)
         for n in range(lo, hi):
             stage = c % STAGES
-            mbarrier.wait(empty.index(stage), ((c // STAGES) & 1) ^ 1)  # both consumers handed it back
-            offs_n = n * BLOCK_N + offs_r
-            n_ok = (offs_n < seqlen_k)[:, None]
-            r = gl.load(k_order + offs_n, mask=offs_n < seqlen_k, other=0).to(gl.int64)[:, None]
-            async_copy.async_copy_global_to_shared(k_smem.index(stage), k_base + r * stride_kt + offs_d[None, :],
-                                                   mask=n_ok)
-            async_copy.async_copy_global_to_shared(v_smem.index(stage), v_base + r * stride_vt + offs_d[None, :],
-                                                   mask=n_ok)
+            mbarrier.wait(empty.index(stage), ((c // STAGES) & 1) ^ 1)
+            for j in gl.static_range(BLOCK_N // CHUNK):
+                offs_n = n * BLOCK_N + j * CHUNK + offs_r
+                n_ok = offs_n < seqlen_k
+                r = gl.load(k_order + offs_n, mask=n_ok, other=0).to(gl.int64)[:, None]
+                async_copy.async_copy_global_to_shared(k_smem.index(stage).slice(j * CHUNK, CHUNK),
+                                                       k_base + r * stride_kt + offs_d[None, :], mask=n_ok[:, None])
+                async_copy.async_copy_global_to_shared(v_smem.index(stage).slice(j * CHUNK, CHUNK),
+                                                       v_base + r * stride_vt + offs_d[None, :], mask=n_ok[:, None])
             async_copy.mbarrier_arrive(ready.index(stage), increment_count=False)
             c += 1
 
@@ -227,13 +247,31 @@ def _compute(a, HEAD_DIM: gl.constexpr, HALF: gl.constexpr, BLOCK_N: gl.constexp
     offs_mo = m0 + half * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(1, acc_layout))
     offs_do = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
     mo_ok = offs_mo < seqlen
-    out_ok = mo_ok[:, None] & (offs_do[None, :] >= 0)
-    rows = gl.sum(gl.where(out_ok, dq, 0.0), 1)  # a sum holding an inf or NaN is not finite
+    _flag_and_store(dq * sm_scale, dq_base, stride_dqt, q_order, offs_mo, mo_ok, offs_do, NONFINITE)
+
+
+@gluon.jit
+def _init_ring(q_bar, ready, empty, STAGES: gl.constexpr, NW: gl.constexpr):
+    """The barriers of a block with one producer of ``NW`` warps and two consumers (this kernel's,
+    gluon_fwd.py's): the query rows' and each stage's arrive once per producer thread's copies,
+    each stage's ``empty`` once per consumer."""
+    mbarrier.init(q_bar, count=NW * 32)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=NW * 32)
+        mbarrier.init(empty.index(i), count=2)
+
+
+@gluon.jit
+def _flag_and_store(x, out_base, stride, q_order, offs_m, m_ok, offs_d, NONFINITE):
+    """Store a consumer's rows ``x`` of the query block (``offs_m`` of the query layout) to their
+    tokens' rows at ``out_base``; set the flag at NONFINITE when one is inf or NaN (as
+    ``kernels._flag_nonfinite``: a finite row whose sum overflows sets it too)."""
+    out_ok = m_ok[:, None] & (offs_d[None, :] >= 0)
+    rows = gl.sum(gl.where(out_ok, x, 0.0), 1)  # a sum holding an inf or NaN is not finite
     if gl.max(gl.where(gl.abs(rows) < float("inf"), 0, 1), 0) != 0:
         gl.store(NONFINITE, 1)
-    q_rows = gl.load(q_order + offs_mo, mask=mo_ok, other=0).to(gl.int64)[:, None]
-    gl.store(dq_base + q_rows * stride_dqt + offs_do[None, :], (dq * sm_scale).to(dq_base.dtype.element_ty),
-             mask=out_ok)
+    q_rows = gl.load(q_order + offs_m, mask=m_ok, other=0).to(gl.int64)[:, None]
+    gl.store(out_base + q_rows * stride + offs_d[None, :], x.to(out_base.dtype.element_ty), mask=out_ok)
 
 
 @gluon.jit
@@ -275,10 +313,7 @@ def _attn_bwd_dq_ws(Q, K, V, O, DO, DQ, LSE, DELTA,
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=num_warps * 32)  # every producer thread's copies arrive
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=num_warps * 32)
-        mbarrier.init(empty.index(i), count=2)  # one arrival per consumer
+    _init_ring(q_bar, ready, empty, STAGES, num_warps)
     row_base = pid_bh.to(gl.int64) * seqlen
     row_base_k = pid_bh.to(gl.int64) * seqlen_k
     a = (q_smem, do_smem, k_smem, v_smem, q_bar, ready, empty,

@@ -41,6 +41,8 @@ __all__ = [
     "ws_dkdv_reason",
     "ws_dq",
     "ws_dq_reason",
+    "ws_fwd",
+    "ws_fwd_reason",
 ]
 
 LOG2E = 1.4426950408889634
@@ -90,6 +92,11 @@ class TileConfig:
     # (gluon_dq.unusable: Hopper, 16-bit, D = 64 or 128, 128-row query blocks, a Triton it was
     # checked on), by ws_dkdv's rule on bucket segments with this many rows; its own key tiles
     # (gluon_dq.dq_config) replace dq_n and the dq_* launch parameters there. 0: the Triton kernel
+    ws_fwd: int = 0  # > 0: the forward by the warp-specialized Gluon kernel where it can run
+    # (gluon_fwd.unusable: Hopper, 16-bit, D = 128, 128-row query blocks, a Triton it was checked
+    # on), by ws_dkdv's rule on bucket segments with this many rows; its own key tiles
+    # (gluon_fwd.fwd_config) replace fwd_n, bucket_fwd_n and the fwd_* launch parameters there.
+    # 0: the Triton kernel
 
     def forward_tile(self, same_bucket: bool) -> int:
         """The forward kernel's key tile width for a group with (or without) a bucket predicate."""
@@ -150,9 +157,14 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         # B=2, H=12, T=16k; Hash(16)'s 2,048-row segments (32k) 5%, its 1,024-row ones (16k) even,
         # Hash(64)'s 512 (32k) even and 256 (16k) 4% slower: bucket groups from 1,024 rows. 3 stages
         # were 0-7% faster than 2 in the probe (gluon_dq.dq_config). D=64: 7-27% slower, not taken
+        # the forward by the warp-specialized kernel at D=128 (runs 130-131, gluon_fwd.fwd_config: 128-key
+        # tiles): QKDrop 0.7 / 0.5 forward 3% / 4% faster at B=1, H=32, Hkv=8, T=32k, 8% / 9% at B=2, H=12,
+        # T=16k; Hash(16)'s 2,048-row segments (32k) 4% faster, its 1,024-row ones (16k) 4% slower: bucket
+        # groups from 2,048 rows. D=64: the probe was even with the Triton forward (run 116), not taken
         cfg = TileConfig(128, 64, 64, 32, 64, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1,
                          bucket_fwd_n=32, dp_first=1, long_segment_rows=1024 if head_dim == 128 else 2048,
-                         ws_dkdv=256 if head_dim == 128 else 0, ws_dq=1024 if head_dim == 128 else 0)
+                         ws_dkdv=256 if head_dim == 128 else 0, ws_dq=1024 if head_dim == 128 else 0,
+                         ws_fwd=2048 if head_dim == 128 else 0)
     else:
         # 4 warps and 32x32 backward tiles: 2.8x faster than 8 warps with 16-wide tiles
         cfg = TileConfig(64, 32, 32, 32, 32, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2, dq_warps=4, dq_stages=2,
@@ -256,11 +268,16 @@ def launch_fwd(
     Hg = len(g.heads)
     n_blocks = g.q_ranges.shape[2]
     flags = _flags(g, cfg)
+    unchanged = None
+    if ws_fwd(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
+        from . import gluon_fwd
+
+        unchanged = functools.partial(gluon_fwd.launch, head_dim=D, max_seg=g.q_ranges.shape[3], flags=flags)
     launch_pair(
         kernels._attn_fwd, (n_blocks, B * Hg), q, k, v, o, lse,
         g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        Hg, T, Tk, n_blocks, scale * LOG2E, H // k.shape[1], H // v.shape[1],
+        Hg, T, Tk, n_blocks, scale * LOG2E, H // k.shape[1], H // v.shape[1], unchanged=unchanged,
         HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_M=cfg.block_q, BLOCK_N=cfg.forward_tile(flags["SAME_BUCKET"]),
         MAX_SEG=g.q_ranges.shape[3], PRECISION=_precision(q.dtype), num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages,
         **flags,
@@ -358,6 +375,12 @@ def ws_dq(cfg: TileConfig, q: Tensor, g: PreparedGroup | None = None) -> bool:
     return _takes(cfg.ws_dq, g) and ws_dq_reason(q, cfg) is None
 
 
+def ws_fwd(cfg: TileConfig, q: Tensor, g: PreparedGroup | None = None) -> bool:
+    """Whether the forward of a call on ``q`` runs the warp-specialized Gluon kernel (gluon_fwd.py),
+    by :func:`ws_dkdv`'s rule on ``cfg.ws_fwd``."""
+    return _takes(cfg.ws_fwd, g) and ws_fwd_reason(q, cfg) is None
+
+
 def _takes(rows: int, g: PreparedGroup | None) -> bool:
     """A Gluon kernel's rule (``TileConfig.ws_dkdv``, ``ws_dq``): on (``rows`` > 0), and for group
     ``g`` where given, in a group without a bucket predicate or with bucket segments of ``rows``
@@ -382,6 +405,16 @@ def ws_dq_reason(q: Tensor, cfg: TileConfig) -> str | None:
         from . import gluon_dq
 
         reason = gluon_dq.unusable(q, cfg.block_q)
+    return reason
+
+
+def ws_fwd_reason(q: Tensor, cfg: TileConfig) -> str | None:
+    """Why the warp-specialized forward kernel does not run for a call on ``q`` (None: it does)."""
+    reason = _gluon_reason(q, cfg.ws_fwd)
+    if reason is None:
+        from . import gluon_fwd
+
+        reason = gluon_fwd.unusable(q, cfg.block_q)
     return reason
 
 
@@ -423,6 +456,9 @@ def compiled_kernel_count() -> int:
     gluon_dq = sys.modules.get(f"{__package__}.gluon_dq")
     if gluon_dq is not None:
         fns.append(gluon_dq._attn_bwd_dq_ws)
+    gluon_fwd = sys.modules.get(f"{__package__}.gluon_fwd")
+    if gluon_fwd is not None:
+        fns.append(gluon_fwd._attn_fwd_ws)
     for fn in fns:
         for cache in getattr(fn, "device_caches", {}).values():
             total += len(cache[0])

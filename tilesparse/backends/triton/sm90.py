@@ -307,6 +307,17 @@ def gluon_dq_variants() -> list[tuple[torch.dtype, int, tuple[tuple[str, bool], 
     return out
 
 
+def gluon_fwd_variants() -> list[tuple[torch.dtype, int, tuple[tuple[str, bool], ...], bool]]:
+    """The warp-specialized forward kernel's launches (gluon_fwd.py) as (dtype, head dim, flags,
+    single loop): every flag combination the IR can produce at bf16, D=128 (where the backend
+    takes it), in one loop; the hash-causal and drop-causal flags in three loops there, and fp16
+    with the drop-causal ones."""
+    out = [(torch.bfloat16, 128, f, True) for f in _flag_combos()]
+    out += [(torch.bfloat16, 128, HASH_CAUSAL, False), (torch.bfloat16, 128, DROP_CAUSAL, False),
+            (torch.float16, 128, DROP_CAUSAL, False)]  # fmt: skip
+    return out
+
+
 def _flag_combos() -> list[tuple[tuple[str, bool], ...]]:
     """Every predicate flag set the IR can produce (strict only with causal; not-self only without)."""
     return [
@@ -327,6 +338,10 @@ def gluon_variant_name(dtype: torch.dtype, head_dim: int, flags, per_query_head:
 
 def gluon_dq_variant_name(dtype: torch.dtype, head_dim: int, flags, single_loop: bool) -> str:
     return gluon_variant_name(dtype, head_dim, flags, False, single_loop).replace("gluon dkdv", "gluon dq", 1)
+
+
+def gluon_fwd_variant_name(dtype: torch.dtype, head_dim: int, flags, single_loop: bool) -> str:
+    return gluon_variant_name(dtype, head_dim, flags, False, single_loop).replace("gluon dkdv", "gluon fwd", 1)
 
 
 def _compile_gluon(fn, dtype: torch.dtype, const: dict, maxnreg: int, fp32: tuple[str, ...] = ()):
@@ -367,6 +382,18 @@ def compile_gluon_dq(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str, 
     const = dict(HEAD_DIM=head_dim, BLOCK_M=gluon_dq.BLOCK_M, BLOCK_N=cfg.block_n, MAX_SEG=16, **dict(flags),
                  SINGLE_LOOP=single_loop, STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4)
     return _compile_gluon(gluon_dq._attn_bwd_dq_ws, dtype, const, cfg.maxnreg)
+
+
+def compile_gluon_fwd(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str, bool], ...], single_loop: bool,
+                      config=None):
+    """Compile the warp-specialized forward kernel for sm_90 (a launch of gluon_fwd.launch, at
+    ``config``, a ``gluon_fwd.FwdConfig``, or the head dim's own)."""
+    from . import gluon_fwd
+
+    cfg = config or gluon_fwd.fwd_config(head_dim)
+    const = dict(HEAD_DIM=head_dim, BLOCK_M=gluon_fwd.BLOCK_M, BLOCK_N=cfg.block_n, MAX_SEG=16, **dict(flags),
+                 SINGLE_LOOP=single_loop, STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4)
+    return _compile_gluon(gluon_fwd._attn_fwd_ws, dtype, const, cfg.maxnreg)
 
 
 def index_variants() -> list[tuple[str, dict]]:
@@ -454,8 +481,8 @@ def main(argv: list[str] | None = None) -> None:
                              "this JSON list (inline, or @FILE as benchmarks/sweep_kernels.py takes it), for the "
                              "hash and the drop flags, and print one line per variant")  # fmt: skip
     parser.add_argument("--gluon", action="store_true",
-                        help="instead: compile the warp-specialized dK/dV and dQ kernels' variants "
-                             "(gluon_dkdv_variants, gluon_dq_variants)")
+                        help="instead: compile the warp-specialized dK/dV, dQ and forward kernels' variants "
+                             "(gluon_dkdv_variants, gluon_dq_variants, gluon_fwd_variants)")
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES.values()))
     args = parser.parse_args(argv)
@@ -474,6 +501,9 @@ def main(argv: list[str] | None = None) -> None:
         for v in gluon_dq_variants():
             r = report(compile_gluon_dq(*v))
             print(json.dumps(dict(variant=gluon_dq_variant_name(*v), head_dim=v[1], **r.__dict__)), flush=True)
+        for v in gluon_fwd_variants():
+            r = report(compile_gluon_fwd(*v))
+            print(json.dumps(dict(variant=gluon_fwd_variant_name(*v), head_dim=v[1], **r.__dict__)), flush=True)
         return
     rows = []
 

@@ -1,0 +1,121 @@
+"""Which forward kernel the Triton backend launches, on the CPU: the rule that picks the
+warp-specialized Gluon kernel (op.ws_fwd), the reasons explain() gives when it does not, the
+forward handing its launch to it with the Triton kernel's arguments and flags
+(nonfinite.launch_pair's stand-in), and its own launch shape (gluon_fwd.launch). The kernel itself
+runs on Hopper only: tests/gpu/test_gluon_fwd_gpu.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import tilesparse as ts
+from tilesparse.backends.triton import gluon_dkdv, gluon_fwd, op
+from tilesparse.backends.triton.op import override_config, tile_config, ws_fwd, ws_fwd_reason
+
+from test_dkdv_choice import _group, _Recorder  # this directory is on the path (no __init__.py)
+
+
+def test_explain_names_the_kernel_and_why_not_the_warp_specialized_one():
+    q = torch.randn((1, 2, 40, 64))
+    text = ts.compile(ts.QKDrop(keep=0.5), causal=True, backend="triton").explain(q, q, q)
+    line = next(s for s in text.splitlines() if s.startswith("kernels: "))
+    assert "triton forward: the Triton kernel (the warp-specialized one does not run: Gluon kernels do not run " \
+           "under TRITON_INTERPRET=1)" in line  # fmt: skip
+
+
+def test_the_reasons_in_their_order(monkeypatch):
+    q = torch.empty((1, 1, 1, 128), dtype=torch.bfloat16)
+    cfg = tile_config(128, torch.bfloat16, torch.device("cuda"))
+    assert "TRITON_INTERPRET=1" in ws_fwd_reason(q, cfg)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert ws_fwd_reason(q, cfg) == "not on a CUDA device"
+    assert not ws_fwd(cfg, q)
+    assert ws_fwd_reason(q, tile_config(128, torch.bfloat16, torch.device("cpu"))) == "not on a CUDA device"
+
+
+def test_the_configurations_take_it_at_d128_only():
+    """16-bit D=128, bucket groups from 2,048-row segments (run 130-131); D=64 has no launch shape."""
+    for D in (32, 64, 96, 128, 256):
+        for dtype in (torch.float16, torch.bfloat16, torch.float32):
+            want = 2048 if D == 128 and dtype != torch.float32 else 0
+            assert tile_config(D, dtype, torch.device("cuda")).ws_fwd == want, (D, dtype)
+    assert tile_config(128, torch.bfloat16, torch.device("cpu")).ws_fwd == 0
+    assert gluon_fwd.fwd_config(128) == gluon_fwd.FwdConfig(128, 2, 224)
+    assert gluon_fwd.fwd_config(64) is None and gluon_fwd.fwd_config(256) is None
+
+
+def test_bucket_groups_take_it_from_a_segment_length(monkeypatch):
+    monkeypatch.setattr(op, "ws_fwd_reason", lambda q, cfg: None)  # as on a GPU that can run it
+    q, hashed = _group(ts.Hash(buckets=4), T=120)  # 30-row segments
+    _, dropped = _group(ts.QKDrop(keep=0.2), T=120)
+    for rows, taken in ((1, True), (30, True), (31, False)):
+        with override_config(ws_fwd=rows):
+            cfg = tile_config(64, q.dtype, q.device)
+            assert ws_fwd(cfg, q, hashed) is taken, rows
+            assert ws_fwd(cfg, q, dropped) and ws_fwd(cfg, q), rows
+    with override_config(ws_fwd=0):
+        assert not ws_fwd(tile_config(64, q.dtype, q.device), q, dropped)
+
+
+def test_the_forward_hands_its_launch_to_it(monkeypatch):
+    """With the kernel taken, the forward launch pair runs gluon_fwd.launch on the Triton kernel's
+    grid and runtime arguments, with the group's flags, then the sanitizing variant."""
+    monkeypatch.setattr(op, "ws_fwd", lambda cfg, q, g=None: True)
+    stood_in, pairs = [], []
+    monkeypatch.setattr(gluon_fwd, "launch", lambda grid, args, **kw: stood_in.append((grid, args, kw)))
+
+    def pair(kernel, grid, *args, unchanged=None, **kwargs):
+        pairs.append((kernel, grid, args, unchanged, kwargs))
+
+    monkeypatch.setattr(op, "launch_pair", pair)
+    q, g = _group(ts.Hash(buckets=4), T=120)
+    k, v = (torch.randn((1, 2, 120, 64)) for _ in range(2))
+    cfg = tile_config(64, q.dtype, q.device)
+    op.sparse_attention(q, k, v, g, 0.125, cfg)  # the pair is recorded: nothing runs
+    ((kernel, grid, args, unchanged, kwargs),) = pairs
+    assert kernel is op.kernels._attn_fwd and unchanged is not None
+    assert "SANITIZE" not in kwargs  # launch_pair adds it to the second launch
+    unchanged(grid, args)
+    ((got_grid, got_args, kw),) = stood_in
+    assert got_grid == grid == (g.q_ranges.shape[2], 4) and got_args is args
+    assert len(args) == 34 and args[:5][0] is q  # kernels._attn_fwd's runtime arguments, through v_group
+    assert kw == dict(head_dim=64, max_seg=g.q_ranges.shape[3], flags=op._flags(g, cfg))
+
+
+def test_gluon_launch_takes_the_flags_and_its_launch_shape(monkeypatch):
+    rec = _Recorder()
+    monkeypatch.setattr(gluon_fwd, "_launcher", lambda: rec)
+    flags = dict(CAUSAL=True, STRICT=False, SAME_BUCKET=True, NOT_SELF=False, SINGLE_LOOP=True)
+    gluon_fwd.launch((5, 8), ("args",), head_dim=128, max_seg=4, flags=flags)
+    cfg = gluon_fwd.fwd_config(128)
+    ((grid, args, const, _),) = rec.launches
+    assert grid == (5, 8) and args == ("args",)
+    assert const == dict(HEAD_DIM=128, BLOCK_M=128, BLOCK_N=cfg.block_n, MAX_SEG=4, **flags, STAGES=cfg.stages,
+                         COMPUTE_REGS=cfg.regs, num_warps=4, maxnreg=cfg.maxnreg)  # fmt: skip
+    gluon_fwd.launch((5, 8), ("args",), head_dim=128, max_seg=4, flags=flags,
+                     config=gluon_fwd.FwdConfig(64, 3, 232, 160))
+    const = rec.launches[1][2]
+    assert (const["BLOCK_N"], const["STAGES"], const["COMPUTE_REGS"], const["maxnreg"]) == (64, 3, 232, 160)
+
+
+def test_where_it_cannot_run_the_reason_names_the_value(monkeypatch):
+    cap, release = [(9, 0)], [sorted(gluon_fwd.GLUON_TRITON)[0]]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap[0])
+    monkeypatch.setattr(gluon_dkdv, "installed_triton", lambda: release[0])  # gluon_dkdv.gluon_reason reads it
+
+    def reason(dtype=torch.bfloat16, D=128, block_q=128):
+        gluon_fwd._unusable_on.cache_clear()
+        return gluon_fwd._unusable_on(0, dtype, D, block_q)
+
+    try:
+        assert reason() is None and reason(torch.float16) is None
+        assert reason(torch.float32) == "torch.float32 (the kernel takes fp16 and bf16)"
+        assert reason(D=64) == "head dim 64 (the kernel takes 128)"
+        assert reason(block_q=64) == "query blocks of 64 rows (the kernel takes 128)"
+        release[0] = (3, 9)
+        assert reason() == f"Triton 3.9 (the kernel is run on {sorted(gluon_fwd.GLUON_TRITON)} only)"
+        cap[0] = (8, 0)
+        assert reason() == "GPU compute capability (8, 0) is not (9, 0) (Hopper)"
+    finally:
+        gluon_fwd._unusable_on.cache_clear()

@@ -144,23 +144,32 @@ def test_the_predicates_mirror_the_triton_kernels():
 
 
 def test_where_it_cannot_run_the_reason_names_the_value(monkeypatch):
-    """gluon_dkdv.unusable on a stand-in device: each reason quotes what it got and what the kernel takes."""
-    cap, release = [(9, 0)], [sorted(gluon_dkdv.GLUON_TRITON)[0]]
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap[0])
-    monkeypatch.setattr(gluon_dkdv, "installed_triton", lambda: release[0])
+    check_reasons(monkeypatch, gluon_dkdv, block=(64, 32, "key blocks of 32 rows (the kernel takes 64)"),
+                  head_dims=(64, 96, "64 and 128"))
 
-    def reason(dtype=torch.bfloat16, D=128, block_k=64):
-        gluon_dkdv._unusable_on.cache_clear()
-        return gluon_dkdv._unusable_on(0, dtype, D, block_k)
+
+def check_reasons(monkeypatch, module, *, block: tuple[int, int, str], head_dims: tuple[int, int, str]) -> None:
+    """``module.unusable`` (gluon_dkdv, gluon_dq, gluon_fwd) on a stand-in device: each reason quotes
+    what it got and what the kernel takes. ``block``: the block size the kernel takes, one it does
+    not, and the reason for that one; ``head_dims``: a head dim it takes besides 128, one it does
+    not, and the head dims its reason lists."""
+    cap, release = [(9, 0)], [sorted(module.GLUON_TRITON)[0]]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap[0])
+    monkeypatch.setattr(gluon_dkdv, "installed_triton", lambda: release[0])  # gluon_dkdv.gluon_reason reads it
+    (good_block, bad_block, block_words), (other_dim, bad_dim, dims_words) = block, head_dims
+
+    def reason(dtype=torch.bfloat16, D=128, size=good_block):
+        module._unusable_on.cache_clear()
+        return module._unusable_on(0, dtype, D, size)
 
     try:
-        assert reason() is None and reason(torch.float16, 64) is None
+        assert reason() is None and reason(torch.float16, other_dim) is None
         assert reason(torch.float32) == "torch.float32 (the kernel takes fp16 and bf16)"
-        assert reason(D=96) == "head dim 96 (the kernel takes 64 and 128)"
-        assert reason(block_k=32) == "key blocks of 32 rows (the kernel takes 64)"
+        assert reason(D=bad_dim) == f"head dim {bad_dim} (the kernel takes {dims_words})"
+        assert reason(size=bad_block) == block_words
         release[0] = (3, 9)
-        assert reason() == f"Triton 3.9 (the kernel is run on {sorted(gluon_dkdv.GLUON_TRITON)} only)"
+        assert reason() == f"Triton 3.9 (the kernel is run on {sorted(module.GLUON_TRITON)} only)"
         cap[0] = (8, 0)
         assert reason() == "GPU compute capability (8, 0) is not (9, 0) (Hopper)"
     finally:
-        gluon_dkdv._unusable_on.cache_clear()
+        module._unusable_on.cache_clear()

@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 
 import tilesparse as ts
-from tilesparse.backends.triton import gluon_dkdv, gluon_fwd, op
+from tilesparse.backends.triton import gluon_fwd, op
 from tilesparse.backends.triton.op import override_config, tile_config, ws_fwd, ws_fwd_reason
 
-from test_dkdv_choice import _group, _Recorder  # this directory is on the path (no __init__.py)
+from test_dkdv_choice import _group, _Recorder, check_reasons  # this directory is on the path (no __init__.py)
 
 
 def test_explain_names_the_kernel_and_why_not_the_warp_specialized_one():
@@ -100,22 +100,5 @@ def test_gluon_launch_takes_the_flags_and_its_launch_shape(monkeypatch):
 
 
 def test_where_it_cannot_run_the_reason_names_the_value(monkeypatch):
-    cap, release = [(9, 0)], [sorted(gluon_fwd.GLUON_TRITON)[0]]
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap[0])
-    monkeypatch.setattr(gluon_dkdv, "installed_triton", lambda: release[0])  # gluon_dkdv.gluon_reason reads it
-
-    def reason(dtype=torch.bfloat16, D=128, block_q=128):
-        gluon_fwd._unusable_on.cache_clear()
-        return gluon_fwd._unusable_on(0, dtype, D, block_q)
-
-    try:
-        assert reason() is None and reason(torch.float16) is None
-        assert reason(torch.float32) == "torch.float32 (the kernel takes fp16 and bf16)"
-        assert reason(D=64) == "head dim 64 (the kernel takes 128)"
-        assert reason(block_q=64) == "query blocks of 64 rows (the kernel takes 128)"
-        release[0] = (3, 9)
-        assert reason() == f"Triton 3.9 (the kernel is run on {sorted(gluon_fwd.GLUON_TRITON)} only)"
-        cap[0] = (8, 0)
-        assert reason() == "GPU compute capability (8, 0) is not (9, 0) (Hopper)"
-    finally:
-        gluon_fwd._unusable_on.cache_clear()
+    check_reasons(monkeypatch, gluon_fwd, block=(128, 64, "query blocks of 64 rows (the kernel takes 128)"),
+                  head_dims=(128, 64, "128"))

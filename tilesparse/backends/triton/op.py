@@ -382,7 +382,7 @@ def ws_fwd(cfg: TileConfig, q: Tensor, g: PreparedGroup | None = None) -> bool:
 
 
 def _takes(rows: int, g: PreparedGroup | None) -> bool:
-    """A Gluon kernel's rule (``TileConfig.ws_dkdv``, ``ws_dq``): on (``rows`` > 0), and for group
+    """A Gluon kernel's rule (``TileConfig.ws_dkdv``, ``ws_dq``, ``ws_fwd``): on (``rows`` > 0), and for group
     ``g`` where given, in a group without a bucket predicate or with bucket segments of ``rows``
     rows or more."""
     return rows > 0 and (g is None or not g.group.has(SameBucket) or segment_rows(g) >= rows)

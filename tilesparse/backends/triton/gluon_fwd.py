@@ -46,7 +46,7 @@ COPY_ROWS = 32  # rows of K or V a producer copy gathers
 # prepared groups). D=128: 128-key tiles in 2 stages at 224 consumer registers, QKDrop 0.7 / 0.5 at B=1, H=32,
 # Hkv=8, T=32k 9.42 / 4.98 ms against 9.91 / 5.04, at 16k 2.50 / 1.41 against 2.67 / 1.56, at B=2, H=12, 16k
 # 1.92 / 1.08 against 2.15 / 1.19 (232 registers: 9.35 / 5.06, 2.53 / 1.51, 1.96 / 1.19; the consumers taking
-# turns no faster; FlashAttention-3's overlapped order 1.4x slower; 64-key tiles in 3 stages 0.98-1.07x the
+# turns no faster; FlashAttention-3's overlapped order 1.4-1.6x slower; 64-key tiles in 3 stages 0.97-1.07x the
 # Triton forward). No variant spills. 3 stages of 128-key tiles fit (229,648 bytes of shared memory) and were
 # within the spread of two timings of this shape in run 134 (up to 4%). D=64: the
 # 64-key probe kernel was even with the Triton forward (run 116), so there the Triton kernel runs

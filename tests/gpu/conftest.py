@@ -18,7 +18,7 @@ def _need_cuda():
 
 @pytest.fixture
 def gluon_runs_here():
-    """Skip where the Gluon kernels (gluon_dkdv.py, gluon_dq.py) cannot run: they are written for
+    """Skip where the Gluon kernels (gluon_dkdv.py, gluon_dq.py, gluon_fwd.py) cannot run: they are written for
     Hopper and the Triton releases in GLUON_TRITON. There the backend launches the Triton kernels,
     which test_triton_gpu.py covers; on the H200 with Triton 3.6 these tests run."""
     from tilesparse.backends.triton.gluon_dkdv import GLUON_TRITON

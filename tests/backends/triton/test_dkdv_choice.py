@@ -66,14 +66,23 @@ def test_segment_rows_from_sizes_and_spec():
 
 
 def test_bucket_groups_take_it_from_a_segment_length(monkeypatch):
-    monkeypatch.setattr(op, "ws_dkdv_reason", lambda q, cfg: None)  # as on a GPU that can run it
+    check_segment_rule(monkeypatch, "ws_dkdv")
+
+
+def check_segment_rule(monkeypatch, field: str):
+    """``op.<field>``'s rule (ws_dkdv, ws_dq, ws_fwd), its device reason stubbed as on a GPU that can
+    run the kernel: bucket groups take it from ``TileConfig.<field>`` rows a segment, groups without
+    a bucket predicate at any length. Returns the query, the drop group and the rule."""
+    rule = getattr(op, field)
+    monkeypatch.setattr(op, f"{field}_reason", lambda q, cfg: None)
     q, hashed = _group(ts.Hash(buckets=4), T=120)  # 30-row segments
     _, dropped = _group(ts.QKDrop(keep=0.2), T=120)  # no bucket predicate: taken at any length
     for rows, taken in ((1, True), (30, True), (31, False)):
-        with override_config(ws_dkdv=rows):
+        with override_config(**{field: rows}):
             cfg = tile_config(64, q.dtype, q.device)
-            assert ws_dkdv(cfg, q, hashed) is taken, rows
-            assert ws_dkdv(cfg, q, dropped) and ws_dkdv(cfg, q), rows
+            assert rule(cfg, q, hashed) is taken, rows
+            assert rule(cfg, q, dropped) and rule(cfg, q), rows
+    return q, dropped, rule
 
 
 class _Recorder:

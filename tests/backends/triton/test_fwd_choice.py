@@ -13,7 +13,8 @@ import tilesparse as ts
 from tilesparse.backends.triton import gluon_fwd, op
 from tilesparse.backends.triton.op import override_config, tile_config, ws_fwd, ws_fwd_reason
 
-from test_dkdv_choice import _group, _Recorder, check_reasons  # this directory is on the path (no __init__.py)
+# this directory is on the path (no __init__.py)
+from test_dkdv_choice import _group, _Recorder, check_reasons, check_segment_rule
 
 
 def test_explain_names_the_kernel_and_why_not_the_warp_specialized_one():
@@ -46,16 +47,9 @@ def test_the_configurations_take_it_at_d128_only():
 
 
 def test_bucket_groups_take_it_from_a_segment_length(monkeypatch):
-    monkeypatch.setattr(op, "ws_fwd_reason", lambda q, cfg: None)  # as on a GPU that can run it
-    q, hashed = _group(ts.Hash(buckets=4), T=120)  # 30-row segments
-    _, dropped = _group(ts.QKDrop(keep=0.2), T=120)
-    for rows, taken in ((1, True), (30, True), (31, False)):
-        with override_config(ws_fwd=rows):
-            cfg = tile_config(64, q.dtype, q.device)
-            assert ws_fwd(cfg, q, hashed) is taken, rows
-            assert ws_fwd(cfg, q, dropped) and ws_fwd(cfg, q), rows
+    q, dropped, rule = check_segment_rule(monkeypatch, "ws_fwd")
     with override_config(ws_fwd=0):
-        assert not ws_fwd(tile_config(64, q.dtype, q.device), q, dropped)
+        assert not rule(tile_config(64, q.dtype, q.device), q, dropped)
 
 
 def test_the_forward_hands_its_launch_to_it(monkeypatch):

@@ -79,21 +79,20 @@ def unusable(q: torch.Tensor, block_k: int) -> str | None:
 @functools.cache
 def _unusable_on(device: int, dtype: torch.dtype, head_dim: int, block_k: int) -> str | None:
     block = None if block_k == 64 else f"key blocks of {block_k} rows (the kernel takes 64)"
-    return gluon_reason(device, dtype, ws_config(head_dim) is not None, head_dim, block)
+    return gluon_reason(device, dtype, head_dim, _CONFIGS, block)
 
 
-def gluon_reason(device: int, dtype: torch.dtype, has_shape: bool, head_dim: int, block: str | None,
-                 head_dims: tuple[int, ...] | list[int] = (64, 128)) -> str | None:
+def gluon_reason(device: int, dtype: torch.dtype, head_dim: int, configs: dict, block: str | None) -> str | None:
     """Why a Gluon kernel of this backend cannot run (None when it can): the GPU (Hopper), the dtype
-    (fp16, bf16), the head dim (``has_shape``: the kernel has a launch shape for it, one of
-    ``head_dims``), ``block`` (the kernel's own block-size reason, or None) and the Triton release."""
+    (fp16, bf16), the head dim (``configs``: the kernel's launch shapes by head dim), ``block`` (the
+    kernel's own block-size reason, or None) and the Triton release."""
     cap = torch.cuda.get_device_capability(device)
     if cap != (9, 0):
         return f"GPU compute capability {cap} is not (9, 0) (Hopper)"
     if dtype not in (torch.float16, torch.bfloat16):
         return f"{dtype} (the kernel takes fp16 and bf16)"
-    if not has_shape:
-        return f"head dim {head_dim} (the kernel takes {' and '.join(map(str, head_dims))})"
+    if head_dim not in configs:
+        return f"head dim {head_dim} (the kernel takes {' and '.join(map(str, sorted(configs)))})"
     if block is not None:
         return block
     if installed_triton() not in GLUON_TRITON:

@@ -77,7 +77,7 @@ def unusable(q: torch.Tensor, block_q: int) -> str | None:
 
 @functools.cache
 def _unusable_on(device: int, dtype: torch.dtype, head_dim: int, block_q: int) -> str | None:
-    return gluon_reason(device, dtype, dq_config(head_dim) is not None, head_dim, block_reason(block_q))
+    return gluon_reason(device, dtype, head_dim, _CONFIGS, block_reason(block_q))
 
 
 def block_reason(block_q: int) -> str | None:

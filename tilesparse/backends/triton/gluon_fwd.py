@@ -66,8 +66,7 @@ def unusable(q: torch.Tensor, block_q: int) -> str | None:
 
 @functools.cache
 def _unusable_on(device: int, dtype: torch.dtype, head_dim: int, block_q: int) -> str | None:
-    return gluon_reason(device, dtype, fwd_config(head_dim) is not None, head_dim, block_reason(block_q),
-                        sorted(_CONFIGS))
+    return gluon_reason(device, dtype, head_dim, _CONFIGS, block_reason(block_q))
 
 
 def launch(grid: tuple[int, int], args: tuple, *, head_dim: int, max_seg: int, flags: dict,

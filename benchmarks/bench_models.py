@@ -204,7 +204,8 @@ def table(results: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--table", metavar="JSON", help="print the README tables of a results file and exit")
+    ap.add_argument("--table", metavar="JSON", nargs="+",
+                    help="print the README tables of results files (their rows together: a grid run in parts) and exit")
     ap.add_argument("--out", default=".")
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="B,H,Hkv,D,T;...")
     ap.add_argument("--patterns", default=DEFAULT_PATTERNS, help=f"from {sorted(PATTERNS)}, each optionally @backend")
@@ -212,7 +213,7 @@ def main() -> int:
     ap.add_argument("--override", metavar="JSON", help="TileConfig fields for every launch, e.g. '{\"ws_dkdv\": 512}'")
     args = ap.parse_args()
     if args.table:
-        print(table(json.loads(Path(args.table).read_text())))
+        print(table({"rows": [r for f in args.table for r in json.loads(Path(f).read_text())["rows"]]}))
         return 0
     if args.override:
         with override_config(**json.loads(args.override)):

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import tilesparse as ts  # noqa: E402
 
-SPECS = {"keep0.7": ts.QKDrop(keep=0.7), "keep0.5": ts.QKDrop(keep=0.5), "hash16": ts.Hash(buckets=16)}
+SPECS = {"keep0.7": ts.QKDrop(keep=0.7), "hash16": ts.Hash(buckets=16)}
 
 
 def main() -> None:

@@ -28,13 +28,13 @@ def main() -> None:
         return float(r[i].replace(",", ""))
 
     tensor = [h for h in header if re.fullmatch(r"sm__pipe_tensor(_op_gmma)?_cycles_active\.avg\.pct_of_peak_sustained_active", h)]
-    stalls = [h for h in header if STALL.fullmatch(h)]
+    stalls = {h: m.group(1) for h in header if (m := STALL.fullmatch(h))}
+    unit = rows[start + 1][col["gpu__time_duration.sum"]]
+    to_ms = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "s": 1e3, "second": 1e3}.get(unit, 1.0)
     print(f"tensor-pipe metrics: {tensor}")
     for r in data:
         name = r[col["Kernel Name"]][:48]
-        t = num(r, "gpu__time_duration.sum")
-        unit = rows[start + 1][col["gpu__time_duration.sum"]]
-        ms = t * {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "s": 1e3, "second": 1e3}.get(unit, 1.0)
+        ms = num(r, "gpu__time_duration.sum") * to_ms
         parts = [f"{name:48s}", f"{ms:8.3f} ms"]
         for label, key in (("sm", "sm__throughput.avg.pct_of_peak_sustained_elapsed"),
                            ("warps", "sm__warps_active.avg.pct_of_peak_sustained_active"),
@@ -44,7 +44,7 @@ def main() -> None:
         for h in tensor:
             v = num(r, h)
             parts.append(f"{h.split('.')[0].removeprefix('sm__pipe_')} {v:.1f}%" if v is not None else "")
-        lead = sorted(((num(r, h) or 0.0, STALL.fullmatch(h).group(1)) for h in stalls), reverse=True)[:top]
+        lead = sorted(((num(r, h) or 0.0, reason) for h, reason in stalls.items()), reverse=True)[:top]
         parts.append("stalls: " + ", ".join(f"{s} {v:.2f}" for v, s in lead))
         print("  ".join(parts))
 

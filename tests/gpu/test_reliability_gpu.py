@@ -52,6 +52,42 @@ def test_the_id_check_kernel_agrees_with_the_torch_ops_at_model_sizes(bad_at):
     assert s1.tolist() == [[torch.iinfo(torch.int64).max, torch.iinfo(torch.int64).min, 0]] * 2
 
 
+
+@pytest.mark.parametrize("k", [2, 8, 64])
+@pytest.mark.parametrize("bad", [None, "repeat_first", "repeat_last", "range_middle"])
+def test_the_support_check_kernel_agrees_with_the_torch_ops_at_model_sizes(bad, k):
+    """TopKFeatures supports of B=1, H=32, T=16,384 (k ids a token: 32 to 2,048 tokens per
+    program, every program racing on the scratch rows), a repeated id in the first or the last
+    token, an id out of range in the middle, or none: the kernel's clamped ids, poison, range
+    and repeat records are the torch ops', and its scratch rows are reset after every call."""
+    from tilesparse.backends.triton.idcheck import SUPPORT_CHECK, check_range_into
+    from tilesparse.patterns.decision_errors import DeviceErrors, check_on_device, rows_for
+
+    D = 128
+    g = torch.Generator(DEVICE).manual_seed(2)
+    fields = {n: torch.rand((1, 32, 16384, D), generator=g, device=DEVICE).argsort(-1)[..., :k].to(torch.int16)
+              for n in ("q_support", "k_support")}  # fmt: skip
+    flat = fields["k_support"].view(-1, k)
+    if bad == "repeat_first":
+        flat[0, k - 1] = flat[0, 0]
+    elif bad == "repeat_last":
+        flat[-1, 0] = flat[-1, k - 1]
+    elif bad == "range_middle":
+        fields["q_support"].view(-1)[fields["q_support"].numel() // 2] = D
+    rows = rows_for(ts.Decisions(**fields), buckets=None, head_dim=D)
+    results = []
+    for checks in ((None, None), (check_range_into, SUPPORT_CHECK)):
+        errors = DeviceErrors("op", rows, DEVICE, *checks)
+        for _ in range(3):  # the scratch rows must be reset between calls
+            clamped, poison = check_on_device(dict(fields), rows, errors)
+        results.append((clamped, poison.clone(), errors.record.clone(), errors.scratch.clone()))
+    (c0, p0, r0, _), (c1, p1, r1, s1) = results
+    for n in fields:
+        assert torch.equal(c0[n], c1[n])
+    assert bool(p0.isnan()) == bool(p1.isnan()) == (bad is not None)
+    assert torch.equal(r0, r1)
+    assert s1.tolist() == [[torch.iinfo(torch.int64).max, torch.iinfo(torch.int64).min, 0]] * 4
+
 def _qkv(T=1024, H=2, D=64, dtype=torch.float16, seed=0):
     g = torch.Generator(DEVICE).manual_seed(seed)
     return tuple(torch.randn((1, H, T, D), generator=g, device=DEVICE, dtype=dtype) for _ in range(3))

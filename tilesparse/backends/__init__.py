@@ -9,9 +9,11 @@ registers them in :data:`REGISTRY` and :data:`BUILDERS`."""
 from . import cupy, executor, reference, sdpa, triton
 from .base import REGISTRY, Backend, register
 from .builder import BUILDERS, HashingBuilder, IndexBuilder, lsh_hasher, register_builder
-from .triton import range_check as range_check_for  # given ids' range check: Triton's where it runs
+# given ids' range check and a support's range and repeat check: Triton's where it runs
+from .triton import range_check as range_check_for
+from .triton import support_check as support_check_for
 
 __all__ = [
     "BUILDERS", "REGISTRY", "Backend", "HashingBuilder", "IndexBuilder", "cupy", "executor", "lsh_hasher",
-    "range_check_for", "reference", "register", "register_builder", "sdpa", "triton",
+    "range_check_for", "reference", "register", "register_builder", "sdpa", "support_check_for", "triton",
 ]  # fmt: skip

@@ -6,8 +6,9 @@ would stop the host once per call, and a CUDA graph could not capture the call, 
 
 - the ids are checked by device ops: per field the smallest and largest id, and for feature
   supports whether a token repeats a feature id; where the op was given a :class:`RangeCheck`
-  (on CUDA, a Triton kernel: ``tilesparse.backends.range_check_for``), each field's range
-  check, clamp and poison is that one launch instead of about fifteen torch ops;
+  and a :class:`SupportCheck` (on CUDA, Triton kernels: ``tilesparse.backends.range_check_for``
+  and ``support_check_for``), each field's range check (and a support's repeat check), clamp
+  and poison is that one launch instead of about fifteen torch ops (thirty for a support);
 - the index build reads the ids *clamped* into their range, so an out-of-range id never
   becomes an out-of-bounds access;
 - a call whose ids are out of range (or repeat a feature id) returns an output of NaN, and
@@ -44,6 +45,7 @@ __all__ = [
     "DeviceErrors",
     "RangeCheck",
     "Row",
+    "SupportCheck",
     "check_errors",
     "check_on_device",
     "poisoned",
@@ -62,11 +64,12 @@ _INT64_MIN = torch.iinfo(torch.int64).min
 @dataclass(frozen=True)
 class Row:
     """One checked property of one field: ``"range"`` (ids in [0, bound)) or ``"distinct"``
-    (no feature id twice in a token's support)."""
+    (no feature id twice in a token's support of ``width`` ids)."""
 
     field: str
     kind: str
     bound: int
+    width: int = 0
 
     @property
     def label(self) -> str:
@@ -91,8 +94,8 @@ def rows_for(dec: Decisions, *, buckets: int | None, head_dim: int) -> tuple[Row
             rows.append(Row(name, "range", buckets))
         else:
             rows.append(Row(name, "range", head_dim))
-            if t.shape[-1] > 1:
-                rows.append(Row(name, "distinct", 1))
+            if t.shape[-1] > 1:  # right after its field's range row (check_on_device pairs them)
+                rows.append(Row(name, "distinct", 1, t.shape[-1]))
     return tuple(rows)
 
 
@@ -108,17 +111,37 @@ class RangeCheck(Protocol):
     ) -> Tensor: ...
 
 
+class SupportCheck(Protocol):
+    """:class:`RangeCheck` for a feature support (the last dim a token's ids, 2 to
+    ``max_width`` of them) and its repeat check in one launch: also folds the call's repeat
+    flag (1 when a token repeats a clamped id, else 0) into ``repeat_row`` (its scratch:
+    ``repeat_scratch``), the poison NaN then too."""
+
+    max_width: int
+
+    def __call__(
+        self, ids: Tensor, bound: int, record_row: Tensor, scratch_row: Tensor, repeat_row: Tensor,
+        repeat_scratch: Tensor, poison: Tensor, *, first: bool,
+    ) -> Tensor: ...
+
+
 class DeviceErrors:
     """One op's error record on one device: per row the smallest and largest value seen since
     the last report (int64 (R, 2); a "distinct" row holds 1 where a support repeated an id),
-    and its pinned host copy; ``range_check``: the checks' kernel where the device has one
-    (then ``scratch`` holds its per-row state)."""
+    and its pinned host copy; ``range_check`` and ``support_check``: the checks' kernels where
+    the device has them (then ``scratch`` holds their per-row state). The kernels check a
+    call only when they cover every row (a support's repeats need ``support_check``, and one no
+    wider than its ``max_width``); otherwise the torch ops check it all."""
 
     def __init__(
-        self, owner: str, rows: tuple[Row, ...], device: torch.device, range_check: RangeCheck | None = None
+        self, owner: str, rows: tuple[Row, ...], device: torch.device, range_check: RangeCheck | None = None,
+        support_check: SupportCheck | None = None,
     ):
         self.owner, self.rows, self.device = owner, rows, device
-        self.range_check = range_check if all(r.kind == "range" for r in rows) else None
+        supports_fit = support_check is not None and all(r.width <= support_check.max_width for r in rows)
+        kernels = all(r.kind == "range" for r in rows) or supports_fit
+        self.range_check = range_check if kernels else None
+        self.support_check = support_check if kernels else None
         init = [[_INT64_MAX, _INT64_MIN]] * len(rows)
 
         def make():  # kept across calls (the record is folded into by every call): outside graph pools
@@ -209,12 +232,19 @@ def check_on_device(
 
 
 def _check_ranges(tensors: dict[str, Tensor | None], rows: tuple[Row, ...], errors: DeviceErrors):
-    """:func:`check_on_device` through ``errors.range_check``: a launch per row (range rows only)."""
+    """:func:`check_on_device` through ``errors.range_check`` and ``errors.support_check``: a
+    launch per field (a support's range and repeat rows in one)."""
     poison = torch.empty((), dtype=torch.float32, device=errors.device)
-    clamped = {
-        row.field: errors.range_check(tensors[row.field], row.bound, record, scratch, poison, first=i == 0)
-        for i, (row, (record, scratch)) in enumerate(zip(rows, errors.row_views, strict=True))
-    }
+    clamped = {}
+    views = errors.row_views
+    for i, row in enumerate(rows):
+        if row.kind == "distinct":  # checked with its field's range row, just before it
+            continue
+        ids, first = tensors[row.field], not clamped
+        if i + 1 < len(rows) and rows[i + 1].kind == "distinct":
+            clamped[row.field] = errors.support_check(ids, row.bound, *views[i], *views[i + 1], poison, first=first)
+        else:
+            clamped[row.field] = errors.range_check(ids, row.bound, *views[i], poison, first=first)
     errors.publish()
     return {n: clamped.get(n, t) for n, t in tensors.items()}, poison
 

@@ -21,7 +21,7 @@ from ..reference import feature_mask
 from .availability import device_reasons, triton_reasons
 from .builder import TritonBuilder
 
-__all__ = ["TritonBackend", "TritonBuilder", "range_check"]
+__all__ = ["TritonBackend", "TritonBuilder", "range_check", "support_check"]
 
 
 def range_check(device: torch.device):
@@ -33,6 +33,17 @@ def range_check(device: torch.device):
     from .idcheck import check_range_into
 
     return check_range_into
+
+
+def support_check(device: torch.device):
+    """The one-launch check of a given feature support's range and repeats
+    (``idcheck.SUPPORT_CHECK``, :class:`tilesparse.patterns.decision_errors.SupportCheck`)
+    where Triton kernels run on ``device``; None elsewhere (torch ops check them)."""
+    if device_reasons(device):
+        return None
+    from .idcheck import SUPPORT_CHECK
+
+    return SUPPORT_CHECK
 
 
 class TritonBackend(Backend):

@@ -400,7 +400,8 @@ def index_variants() -> list[tuple[str, dict]]:
     """The index-building kernels (index.py) as (kernel name, constexprs): every switch and
     category padding from 2 (drop only) to 128 (64 buckets and dropped rows); the ``lsh``
     hashing kernel (hashing.py) at D = 64, 128 and 256, 16-bit and fp32; and the given ids'
-    range check (idcheck.py), first field and later."""
+    range check and a support's range and repeat check (idcheck.py: first field and later;
+    supports of 2 to 64 ids a token)."""
     from . import index
     from .hashing import hash_constexprs
 
@@ -421,9 +422,12 @@ def index_variants() -> list[tuple[str, dict]]:
             Q_SENTINEL=QUERY_SENTINEL, K_SENTINEL=KEY_SENTINEL, Q_DROPPED=-1, K_DROPPED=-2, BLOCK_Q=128, BLOCK_K=64,
             SEG_Q=16, SEG_K=16, CAUSAL=causal, STRICT=strict, NOT_SELF=not_self, IDENTITY=identity,
         )))  # fmt: skip
-    from .idcheck import BLOCK
+    from .idcheck import BLOCK, MAX_SUPPORT
 
     out += [("_check_range", dict(FIRST=first, BLOCK=BLOCK)) for first in (True, False)]
+    kpads = [2**i for i in range(1, MAX_SUPPORT.bit_length())]
+    for first in (True, False):
+        out += [("_check_support", dict(FIRST=first, TOKENS=BLOCK // kpad, KPAD=kpad)) for kpad in kpads]
     return out
 
 
@@ -436,12 +440,13 @@ def compile_index_kernel(name: str, constexprs: dict):
     from . import hashing, idcheck, index
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
-    fn = getattr({"_lsh_hash": hashing, "_check_range": idcheck}.get(name, index), name)
+    fn = getattr({"_lsh_hash": hashing, "_check_range": idcheck, "_check_support": idcheck}.get(name, index), name)
     # the hashing kernel: q and k in the dtype its PRECISION names (tf32: 16-bit), the rotation fp32;
     # the id check: int64 record, scratch and resets, a float32 poison
     data = "*bf16" if constexprs.get("PRECISION") == "tf32" else "*fp32"
     inputs = {"Q_KEEP": "*i1", "K_KEEP": "*i1", "Q_BKT": "*i64", "K_BKT": "*i64", "Q": data, "K": data, "ROT": "*fp32",
-              "RECORD": "*i64", "SCRATCH": "*i64", "POISON": "*fp32", "lo_init": "i64", "hi_init": "i64"}  # fmt: skip
+              "RECORD": "*i64", "SCRATCH": "*i64", "RECORD_REP": "*i64", "SCRATCH_REP": "*i64", "POISON": "*fp32",
+              "lo_init": "i64", "hi_init": "i64"}  # fmt: skip
     sig = {n: "constexpr" if n in constexprs else inputs.get(n, "*i32" if n.isupper() else "i32") for n in fn.arg_names}
     src = ASTSource(fn, sig, constexprs, _divisible(fn, sig, strides=False))
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=3, **OPTIONS))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ import tilesparse as ts
 from tilesparse.backends.triton.op import override_config, tile_config
 from tilesparse.bench.attention import forward_tiles, tile_area
 from tilesparse.bench.grid import PATTERNS as GRID_PATTERNS
+from tilesparse.bench.timing import synchronized_ms
 from tilesparse.ir import tile_stats
 
 DEV = torch.device("cuda")
@@ -57,18 +57,6 @@ def gpu_ms(fn, calls: int = 10) -> float:
     torch.cuda.synchronize()
     once_ms = (time.perf_counter() - t) * 1e3
     return triton.testing.do_bench(fn, warmup=5, rep=max(60.0, calls * once_ms), return_mode="median")
-
-
-def sync_ms(fn, estimate_ms: float) -> float:
-    """Synchronized after every call: median wall time per call."""
-    n = int(min(40, max(5, 400 / max(estimate_ms, 1e-3))))
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
 
 
 def kernel_table(fn, iters: int = 3) -> dict[str, list[float]]:
@@ -159,7 +147,7 @@ def bf16_inputs(shape: str) -> tuple[tuple[int, ...], torch.Tensor, torch.Tensor
 
 def timed(fn) -> dict[str, float]:
     ms = gpu_ms(fn)
-    return {"ms": ms, "sync_ms": sync_ms(fn, ms)}
+    return {"ms": ms, "sync_ms": synchronized_ms(fn, torch.device("cuda"), ms)}
 
 
 LABELS = {

@@ -96,6 +96,24 @@ def test_a_forward_only_run_prints_its_rows(capsys):
     assert "hash16" in out and "1.5" in out and "25.0" in out
 
 
+def test_synchronized_timing_calls_the_function_its_budget_allows_and_takes_the_median(monkeypatch):
+    """Every row's second time (``sync_ms``, CUDA only): calls each followed by a synchronize,
+    5 to 40 of them by the estimate, their median."""
+    import torch
+
+    from tilesparse.bench import timing
+
+    syncs, calls, waits = [], [], iter([0.0, 3.0, 10.0, 13.0, 20.0, 21.0, 30.0, 39.0, 40.0, 41.0] * 4 + [0.0] * 80)
+    monkeypatch.setattr(timing, "sync", lambda device: syncs.append(device))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(waits) / 1e3)
+    cpu = torch.device("cpu")
+    assert timing.synchronized_ms(lambda: calls.append(1), cpu, estimate_ms=80.0) == pytest.approx(3.0)  # 3, 3, 1, 9, 1 ms
+    assert len(calls) == len(syncs) == 5
+    calls.clear()
+    timing.synchronized_ms(lambda: calls.append(1), cpu, estimate_ms=0.001)
+    assert len(calls) == 40
+
+
 def test_cpu_timing_reports_the_median_and_the_20th_and_80th_percentiles():
     from tilesparse.bench.timing import summarize
 

@@ -39,8 +39,10 @@ Timing (:mod:`.timing`), on CUDA: one untimed call (compilation), one for peak m
 ``triton.testing.do_bench`` (``--warmup-ms`` of warm-up, about ``--rep-ms`` of calls but at
 least ``--min-reps``, each bracketed by CUDA events after an L2 flush); the median is
 reported, p20/p80 under ``spread``. Calls are queued back to back, so host work that the GPU cannot hide (Python,
-launches) counts. On the CPU (``--grid quick`` in CI): ``time.perf_counter`` around each call,
-median of ``--cpu-reps``.
+launches) counts. On CUDA each measurement is also timed synchronized after every call
+(``sync_ms``: the median wall time of 5 to 40 calls, what a step that waits for its result
+sees; the gap to ``ms`` is host time). On the CPU (``--grid quick`` in CI): ``time.perf_counter``
+around each call, median of ``--cpu-reps`` (no ``sync_ms``: every call already waits).
 
 Peak memory: ``torch.cuda.reset_peak_memory_stats()``, one call, ``max_memory_allocated()``
 (bytes, everything live included: inputs, grad, decisions); ``live_mib`` is what was

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from .grid import DTYPE
 from .schema import Record, Settings
-from .timing import free, sync, time_call
+from .timing import free, sync, synchronized_ms, time_call
 
 __all__ = ["describe", "measure", "random_inputs", "record_failure", "step"]
 
@@ -34,8 +34,9 @@ def record_failure(rec: Record, name: str, e: BaseException, s: Settings, *, pre
 
 
 def measure(name: str, fn: Callable[[], object], rec: Record, s: Settings, *, peak: bool = True) -> None:
-    """Warm ``fn`` up (compilation excluded), take its peak memory over one call, time it; a
-    failure is recorded under ``rec.errors[name]`` and the run goes on."""
+    """Warm ``fn`` up (compilation excluded), take its peak memory over one call, time it back
+    to back (``rec.ms``) and synchronized after every call (``rec.sync_ms``); a failure is
+    recorded under ``rec.errors[name]`` and the run goes on."""
     try:
         t0 = time.perf_counter()
         fn()
@@ -52,6 +53,8 @@ def measure(name: str, fn: Callable[[], object], rec: Record, s: Settings, *, pe
         rec.ms[name], rec.spread[name] = time_call(
             fn, s.device, warmup_ms=s.warmup_ms, rep_ms=s.rep_ms, min_reps=s.min_reps, cpu_reps=s.cpu_reps
         )
+        if s.cuda:  # on the CPU every call already waits for its result
+            rec.sync_ms[name] = synchronized_ms(fn, s.device, rec.ms[name])
     except Exception as e:  # noqa: BLE001 - every failure is a recorded result, not a crash
         record_failure(rec, name, e, s)
 

@@ -25,7 +25,8 @@ FATAL = ("illegal memory access", "device-side assert", "unspecified launch fail
 class Record:
     """What was measured for one (D, T, pattern) or (D, T, pattern, mode), by measurement name."""
 
-    ms: dict[str, float] = field(default_factory=dict)
+    ms: dict[str, float] = field(default_factory=dict)  # back to back
+    sync_ms: dict[str, float] = field(default_factory=dict)  # synchronized after every call
     spread: dict[str, list] = field(default_factory=dict)  # [p20 ms, p80 ms, timed calls or None]
     peak_mib: dict[str, float] = field(default_factory=dict)
     live_mib: dict[str, float] = field(default_factory=dict)
@@ -111,6 +112,7 @@ def make_row(name: str, D: int, T: int, mode: str, rec: Record, s: Settings, *, 
         "long": long,
         "backend": info.pop("backend", None),
         "ms": ms,
+        "sync_ms": rec.sync_ms,
         "spread": rec.spread,
         "speedup": speedup,
         "prep_share": _ratio(ms.get("prep"), ms.get("ours")),

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["free", "gpu_ms", "summarize", "sync", "time_call"]
+__all__ = ["free", "gpu_ms", "summarize", "sync", "synchronized_ms", "time_call"]
 
 
 def sync(device: torch.device) -> None:
@@ -74,6 +74,20 @@ def time_call(
         fn()
         times.append(1e3 * (time.perf_counter() - t0))
     return summarize(times)
+
+
+def synchronized_ms(fn: Callable[[], object], device: torch.device, estimate_ms: float, *, budget_ms: float = 400.0) -> float:
+    """Median wall time (ms) of ``fn`` with a synchronize after every call (what a step that
+    waits for its result sees; its gap to the back-to-back time is host time the GPU did not
+    hide): ``budget_ms / estimate_ms`` calls, 5 to 40."""
+    n = int(min(40, max(5, budget_ms / max(estimate_ms, 1e-3))))
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times)
 
 
 def gpu_ms(fn: Callable[[], object], device: torch.device, calls: int = 10) -> float:

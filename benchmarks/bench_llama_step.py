@@ -46,7 +46,6 @@ import argparse
 import datetime
 import json
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -56,16 +55,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import tilesparse as ts  # noqa: E402
+from tilesparse.bench.timing import sync, synchronized_ms  # noqa: E402
 from tilesparse.integrations.transformers import register  # noqa: E402
 
 from benchmarks.shared_options import add_head_options, add_run_options  # noqa: E402
 
 SPECS = {"dense": ts.Dense(), "hash16": ts.Hash(buckets=16), "keep0.7": ts.QKDrop(keep=0.7)}
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def build_model(args, impl: str, device: torch.device):
@@ -85,17 +80,12 @@ def time_steps(step, device: torch.device, warmup: int, steps: int) -> dict:
     for _ in range(warmup):
         step()
     sync(device)
-    synced = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        sync(device)
-        synced.append(1e3 * (time.perf_counter() - t0))
+    synced = synchronized_ms(step, device, calls=steps)
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
     sync(device)
-    return {"step_ms_sync": round(statistics.median(synced), 3), "step_ms_async": round(1e3 * (time.perf_counter() - t0) / steps, 3)}
+    return {"step_ms_sync": round(synced, 3), "step_ms_async": round(1e3 * (time.perf_counter() - t0) / steps, 3)}
 
 
 def model_row(args, name: str, device: torch.device) -> dict:

@@ -30,7 +30,7 @@ def test_the_id_check_kernel_agrees_with_the_torch_ops_at_model_sizes(bad_at):
     an id out of range at the first, a middle or the last place, or none: the kernel's clamped
     ids, poison and record are the torch ops', and its scratch row is reset after every call."""
     from tilesparse.backends.triton.idcheck import check_range_into
-    from tilesparse.patterns.decision_errors import DeviceErrors, Row, check_on_device
+    from tilesparse.patterns.decision_errors import Row
 
     g = torch.Generator(DEVICE).manual_seed(1)
     fields = {n: torch.randint(0, 16, (2, 32, 65536), generator=g, device=DEVICE, dtype=torch.int32)
@@ -38,19 +38,28 @@ def test_the_id_check_kernel_agrees_with_the_torch_ops_at_model_sizes(bad_at):
     if bad_at is not None:
         fields["k_bucket"].view(-1)[bad_at] = 16
     rows = (Row("q_bucket", "range", 16), Row("k_bucket", "range", 16))
+    assert _kernels_agree(fields, rows, (check_range_into,)) == (bad_at is not None)
+
+
+def _kernels_agree(fields: dict, rows: tuple, kernels: tuple) -> bool:
+    """check_on_device on ``fields`` three times through the torch ops, then through
+    ``kernels``: the same clamped ids, poison and record, and every scratch row reset after
+    each call; whether the poison is NaN."""
+    from tilesparse.patterns.decision_errors import DeviceErrors, check_on_device
+
     results = []
-    for check in (None, check_range_into):
-        errors = DeviceErrors("op", rows, DEVICE, check)
-        for _ in range(3):  # the scratch row must be reset between calls
+    for checks in ((None,) * len(kernels), kernels):
+        errors = DeviceErrors("op", rows, DEVICE, *checks)
+        for _ in range(3):  # the scratch rows must be reset between calls
             clamped, poison = check_on_device(dict(fields), rows, errors)
         results.append((clamped, poison.clone(), errors.record.clone(), errors.scratch.clone()))
     (c0, p0, r0, _), (c1, p1, r1, s1) = results
     for n in fields:
         assert torch.equal(c0[n], c1[n])
-    assert bool(p0.isnan()) == bool(p1.isnan()) == (bad_at is not None)
+    assert bool(p0.isnan()) == bool(p1.isnan())
     assert torch.equal(r0, r1)
-    assert s1.tolist() == [[torch.iinfo(torch.int64).max, torch.iinfo(torch.int64).min, 0]] * 2
-
+    assert s1.tolist() == [[torch.iinfo(torch.int64).max, torch.iinfo(torch.int64).min, 0]] * len(rows)
+    return bool(p1.isnan())
 
 
 @pytest.mark.parametrize("k", [2, 8, 64])
@@ -61,7 +70,7 @@ def test_the_support_check_kernel_agrees_with_the_torch_ops_at_model_sizes(bad, 
     token, an id out of range in the middle, or none: the kernel's clamped ids, poison, range
     and repeat records are the torch ops', and its scratch rows are reset after every call."""
     from tilesparse.backends.triton.idcheck import SUPPORT_CHECK, check_range_into
-    from tilesparse.patterns.decision_errors import DeviceErrors, check_on_device, rows_for
+    from tilesparse.patterns.decision_errors import rows_for
 
     D = 128
     g = torch.Generator(DEVICE).manual_seed(2)
@@ -75,18 +84,8 @@ def test_the_support_check_kernel_agrees_with_the_torch_ops_at_model_sizes(bad, 
     elif bad == "range_middle":
         fields["q_support"].view(-1)[fields["q_support"].numel() // 2] = D
     rows = rows_for(ts.Decisions(**fields), buckets=None, head_dim=D)
-    results = []
-    for checks in ((None, None), (check_range_into, SUPPORT_CHECK)):
-        errors = DeviceErrors("op", rows, DEVICE, *checks)
-        for _ in range(3):  # the scratch rows must be reset between calls
-            clamped, poison = check_on_device(dict(fields), rows, errors)
-        results.append((clamped, poison.clone(), errors.record.clone(), errors.scratch.clone()))
-    (c0, p0, r0, _), (c1, p1, r1, s1) = results
-    for n in fields:
-        assert torch.equal(c0[n], c1[n])
-    assert bool(p0.isnan()) == bool(p1.isnan()) == (bad is not None)
-    assert torch.equal(r0, r1)
-    assert s1.tolist() == [[torch.iinfo(torch.int64).max, torch.iinfo(torch.int64).min, 0]] * 4
+    assert _kernels_agree(fields, rows, (check_range_into, SUPPORT_CHECK)) == (bad is not None)
+
 
 def _qkv(T=1024, H=2, D=64, dtype=torch.float16, seed=0):
     g = torch.Generator(DEVICE).manual_seed(seed)

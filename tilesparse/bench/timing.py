@@ -76,11 +76,14 @@ def time_call(
     return summarize(times)
 
 
-def synchronized_ms(fn: Callable[[], object], device: torch.device, estimate_ms: float, *, budget_ms: float = 400.0) -> float:
+def synchronized_ms(
+    fn: Callable[[], object], device: torch.device, estimate_ms: float = 1.0, *, calls: int | None = None,
+    budget_ms: float = 400.0,
+) -> float:
     """Median wall time (ms) of ``fn`` with a synchronize after every call (what a step that
     waits for its result sees; its gap to the back-to-back time is host time the GPU did not
-    hide): ``budget_ms / estimate_ms`` calls, 5 to 40."""
-    n = int(min(40, max(5, budget_ms / max(estimate_ms, 1e-3))))
+    hide): ``calls`` calls, or ``budget_ms / estimate_ms`` of them, 5 to 40."""
+    n = calls or int(min(40, max(5, budget_ms / max(estimate_ms, 1e-3))))
     times = []
     for _ in range(n):
         t0 = time.perf_counter()

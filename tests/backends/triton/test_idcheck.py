@@ -95,22 +95,31 @@ def test_check_on_device_gives_the_same_through_the_kernel_and_the_torch_ops(bad
     # 300 buckets: past uint8's range, which the torch ops' clamp must not overflow
     bound = 300 if dtype == torch.uint8 and bad is None else 4
     rows = (Row("q_bucket", "range", bound), Row("k_bucket", "range", bound))
+    error = rf"decisions\.{bad[0]} values must lie in \[0, {bound}\)" if bad else None
+    assert _same_both_ways(fields, rows, (idcheck.check_range_into,), error) == (bad is not None)
+
+
+def _same_both_ways(fields: dict, rows: tuple, kernels: tuple, error: str | None) -> bool:
+    """check_on_device on ``fields`` through the torch ops and through ``kernels`` (the range
+    check, and the support check if given): the same clamped fields, poison and record, and
+    ``error`` (a message pattern, or None: no error) raised by both; whether the poison is NaN."""
     results = []
-    for check in (None, idcheck.check_range_into):
-        errors = DeviceErrors("op", rows, torch.device("cpu"), check)
-        assert (errors.range_check is None) == (check is None)
-        clamped, poison = check_on_device(dict(fields), rows, errors)
+    for checks in ((None,) * len(kernels), kernels):
+        errors = DeviceErrors("op", rows, torch.device("cpu"), *checks)
+        assert (errors.range_check is None) == (checks[0] is None)
+        clamped, poison = check_on_device({n: t.clone() for n, t in fields.items()}, rows, errors)
         results.append((clamped, poison, errors.record.clone()))
-        if bad:
-            with pytest.raises(ValueError, match=rf"decisions\.{bad[0]} values must lie in \[0, {bound}\)"):
+        if error:
+            with pytest.raises(ValueError, match=error):
                 errors.check()
         else:
             errors.check()
     (c0, p0, r0), (c1, p1, r1) = results
     for n in fields:
         torch.testing.assert_close(c0[n], c1[n], rtol=0, atol=0)
-    assert bool(p0.isnan()) == bool(p1.isnan()) == (bad is not None)
+    assert bool(p0.isnan()) == bool(p1.isnan())
     assert r0.tolist() == r1.tolist()
+    return bool(p1.isnan())
 
 
 def _support(shape, dtype, bound, seed, repeat, out_of_range, view):
@@ -217,25 +226,13 @@ def test_check_on_device_gives_the_same_for_supports_through_the_kernels_and_the
         fields[bad[0]][0, 1, 13, 2] = bad[1]
     rows = decision_errors.rows_for(ts.Decisions(**fields), buckets=None, head_dim=8)
     assert [(r.kind, r.width) for r in rows] == [("range", 0), ("distinct", 4)] * 2
-    results = []
-    for checks in ((None, None), (idcheck.check_range_into, idcheck.SUPPORT_CHECK)):
-        errors = DeviceErrors("op", rows, torch.device("cpu"), *checks)
-        assert (errors.support_check is None) == (checks[1] is None)
-        clamped, poison = check_on_device({n: t.clone() for n, t in fields.items()}, rows, errors)
-        results.append((clamped, poison, errors.record.clone()))
-        if bad == "repeat":
-            with pytest.raises(ValueError, match=r"decisions\.k_support repeats a feature id"):
-                errors.check()
-        elif bad:
-            with pytest.raises(ValueError, match=rf"decisions\.{bad[0]} values must lie in \[0, 8\)"):
-                errors.check()
-        else:
-            errors.check()
-    (c0, p0, r0), (c1, p1, r1) = results
-    for n in fields:
-        torch.testing.assert_close(c0[n], c1[n], rtol=0, atol=0)
-    assert bool(p0.isnan()) == bool(p1.isnan()) == (bad is not None)
-    assert r0.tolist() == r1.tolist()
+    error = None
+    if bad == "repeat":
+        error = r"decisions\.k_support repeats a feature id"
+    elif bad:
+        error = rf"decisions\.{bad[0]} values must lie in \[0, 8\)"
+    kernels = (idcheck.check_range_into, idcheck.SUPPORT_CHECK)
+    assert _same_both_ways(fields, rows, kernels, error) == (bad is not None)
 
 
 def test_a_support_wider_than_the_kernel_keeps_the_torch_ops():

@@ -246,30 +246,19 @@ def test_a_support_wider_than_the_kernel_keeps_the_torch_ops():
     assert DeviceErrors("op", wide, cpu, idcheck.check_range_into, idcheck.SUPPORT_CHECK).range_check is None
 
 
-def test_the_device_path_of_an_op_uses_the_kernel(monkeypatch):
-    """A call whose given bucket ids are checked on the device goes through the kernel (counted)."""
+@pytest.mark.parametrize(
+    "spec,kernel", [(ts.Hash(buckets=4), "check_range_into"), (ts.TopKFeatures(k=4), "check_support_into")], ids=str
+)
+def test_the_device_path_of_an_op_uses_the_kernel(spec, kernel, monkeypatch):
+    """A call whose given ids (buckets; feature supports) are checked on the device goes
+    through the kernel, one launch per field (counted), and equals the reference."""
     monkeypatch.setattr(decision_errors, "DEFERRED_DEVICES", frozenset({"cuda", "cpu"}))
     calls = []
-    real = idcheck.check_range_into
-    monkeypatch.setattr(idcheck, "check_range_into", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    attn = ts.compile(ts.Hash(buckets=4), backend="triton")
+    real = getattr(idcheck, kernel)
+    monkeypatch.setattr(idcheck, kernel, lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    attn = ts.compile(spec, backend="triton")
     q, k, v = (torch.randn(1, 2, 40, 16) for _ in range(3))
     dec = attn.decide(q, k)
-    given_ = ts.Decisions(q_bucket=dec.q_bucket.clone(), k_bucket=dec.k_bucket.clone())
-    torch.testing.assert_close(attn(q, k, v, decisions=given_), attn.reference(q, k, v, decisions=dec))
-    assert len(calls) == 2  # one launch per field
-
-
-def test_the_device_path_of_a_topk_op_uses_the_support_kernel(monkeypatch):
-    """Given supports checked on the device go through the support kernel, one launch per
-    field, and the call equals the reference."""
-    monkeypatch.setattr(decision_errors, "DEFERRED_DEVICES", frozenset({"cuda", "cpu"}))
-    calls = []
-    real = idcheck.check_support_into
-    monkeypatch.setattr(idcheck, "check_support_into", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    attn = ts.compile(ts.TopKFeatures(k=4), backend="triton")
-    q, k, v = (torch.randn(1, 2, 40, 16) for _ in range(3))
-    dec = attn.decide(q, k)
-    given_ = ts.Decisions(q_support=dec.q_support.clone(), k_support=dec.k_support.clone())
+    given_ = ts.Decisions(**{n: t.clone() for n, t in dec.items() if t is not None})
     torch.testing.assert_close(attn(q, k, v, decisions=given_), attn.reference(q, k, v, decisions=dec))
     assert len(calls) == 2

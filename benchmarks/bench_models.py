@@ -147,7 +147,7 @@ def bf16_inputs(shape: str) -> tuple[tuple[int, ...], torch.Tensor, torch.Tensor
 
 def timed(fn) -> dict[str, float]:
     ms = gpu_ms(fn)
-    return {"ms": ms, "sync_ms": synchronized_ms(fn, torch.device("cuda"), ms)}
+    return {"ms": ms, "sync_ms": synchronized_ms(fn, DEV, ms)}
 
 
 LABELS = {

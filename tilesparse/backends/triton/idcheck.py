@@ -135,10 +135,7 @@ def check_range_into(
     record row (int64 [min, max]) folded; ``poison`` (0-d float32) set when ``first``, else
     kept NaN or made NaN. ``scratch_row`` (int64 [max, min, 0] between calls) is left so."""
     _check_arguments(ids, bound, record_row=record_row, scratch_row=scratch_row, poison=poison)
-    pad = _MAX_DIMS - ids.dim()
-    sizes = (1,) * pad + tuple(ids.shape)
-    strides = (0,) * pad + tuple(ids.stride())
-    out = torch.empty(ids.shape, dtype=ids.dtype, device=ids.device)
+    sizes, strides, out = _padded(ids)
     n = ids.numel()
     programs = triton.cdiv(n, BLOCK)
     lean(_check_range)[(programs,)](
@@ -161,10 +158,7 @@ def check_support_into(
     k = ids.shape[-1]
     if not 2 <= k <= MAX_SUPPORT:
         raise ValueError(f"a support's last dim must hold 2 to {MAX_SUPPORT} ids, got {k}")
-    pad = _MAX_DIMS - ids.dim()
-    sizes = (1,) * pad + tuple(ids.shape)
-    strides = (0,) * pad + tuple(ids.stride())
-    out = torch.empty(ids.shape, dtype=ids.dtype, device=ids.device)
+    sizes, strides, out = _padded(ids)
     tokens = ids.numel() // k
     kpad = triton.next_power_of_2(k)
     per_program = BLOCK // kpad
@@ -187,6 +181,14 @@ class _SupportCheck:
 
 
 SUPPORT_CHECK = _SupportCheck()
+
+def _padded(ids: Tensor) -> tuple[tuple[int, ...], tuple[int, ...], Tensor]:
+    """``ids``' sizes and strides padded in front to 4 dims (size 1, stride 0), and the
+    contiguous output the kernels clamp them into."""
+    pad = _MAX_DIMS - ids.dim()
+    out = torch.empty(ids.shape, dtype=ids.dtype, device=ids.device)
+    return (1,) * pad + tuple(ids.shape), (0,) * pad + tuple(ids.stride()), out
+
 
 _ROW_SIZES = {"record_row": (2, torch.int64), "scratch_row": (3, torch.int64), "repeat_row": (2, torch.int64),
               "repeat_scratch": (3, torch.int64), "poison": (1, torch.float32)}  # fmt: skip

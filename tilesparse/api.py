@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from . import library
-from .backends import BUILDERS, range_check_for, support_check_for
+from .backends import BUILDERS, id_check_for
 from .backends import REGISTRY as BACKENDS
 from .backends.reference import feature_mask, masked_attention
 from .decide import DeferredHash, lsh_part, make_decisions
@@ -271,9 +271,7 @@ class CompiledAttention:
         records = self.__dict__.setdefault("_errors", {})
         errors = records.get((device, rows))
         if errors is None:
-            errors = records[(device, rows)] = DeviceErrors(
-                repr(self), rows, device, range_check_for(device), support_check_for(device)
-            )
+            errors = records[(device, rows)] = DeviceErrors(repr(self), rows, device, id_check_for(device))
         return errors
 
     def _poll_errors(self, device: torch.device) -> None:

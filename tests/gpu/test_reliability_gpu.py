@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("bad_at", [None, 0, 1_000_003, 2 * 32 * 65536 - 1])
 def test_the_id_check_kernel_agrees_with_the_torch_ops_at_model_sizes(bad_at):
-    """Buckets of B=2, H=32, T=65,536 (4,096 programs per field, all racing on one scratch row),
-    an id out of range at the first, a middle or the last place, or none: the kernel's clamped
-    ids, poison and record are the torch ops', and its scratch row is reset after every call."""
-    from tilesparse.backends.triton.idcheck import check_range_into
+    """Buckets of B=2, H=32, T=65,536 (4,096 programs per field, both fields in one launch, all
+    racing on one counter), an id out of range at the first, a middle or the last place, or
+    none: the kernel's clamped ids, poison and record are the torch ops', and its scratch rows
+    are reset after every call."""
     from tilesparse.patterns.decision_errors import Row
 
     g = torch.Generator(DEVICE).manual_seed(1)
@@ -38,18 +38,20 @@ def test_the_id_check_kernel_agrees_with_the_torch_ops_at_model_sizes(bad_at):
     if bad_at is not None:
         fields["k_bucket"].view(-1)[bad_at] = 16
     rows = (Row("q_bucket", "range", 16), Row("k_bucket", "range", 16))
-    assert _kernels_agree(fields, rows, (check_range_into,)) == (bad_at is not None)
+    assert _kernels_agree(fields, rows) == (bad_at is not None)
 
 
-def _kernels_agree(fields: dict, rows: tuple, kernels: tuple) -> bool:
-    """check_on_device on ``fields`` three times through the torch ops, then through
-    ``kernels``: the same clamped ids, poison and record, and every scratch row reset after
-    each call; whether the poison is NaN."""
+def _kernels_agree(fields: dict, rows: tuple) -> bool:
+    """check_on_device on ``fields`` three times through the torch ops, then through the
+    kernel: the same clamped ids, poison and record, and every scratch row reset after each
+    call; whether the poison is NaN."""
+    from tilesparse.backends.triton.idcheck import ID_CHECK
     from tilesparse.patterns.decision_errors import DeviceErrors, check_on_device
 
     results = []
-    for checks in ((None,) * len(kernels), kernels):
-        errors = DeviceErrors("op", rows, DEVICE, *checks)
+    for check in (None, ID_CHECK):
+        errors = DeviceErrors("op", rows, DEVICE, check)
+        assert errors.id_check is check
         for _ in range(3):  # the scratch rows must be reset between calls
             clamped, poison = check_on_device(dict(fields), rows, errors)
         results.append((clamped, poison.clone(), errors.record.clone(), errors.scratch.clone()))
@@ -69,7 +71,6 @@ def test_the_support_check_kernel_agrees_with_the_torch_ops_at_model_sizes(bad, 
     program, every program racing on the scratch rows), a repeated id in the first or the last
     token, an id out of range in the middle, or none: the kernel's clamped ids, poison, range
     and repeat records are the torch ops', and its scratch rows are reset after every call."""
-    from tilesparse.backends.triton.idcheck import SUPPORT_CHECK, check_range_into
     from tilesparse.patterns.decision_errors import rows_for
 
     D = 128
@@ -84,7 +85,7 @@ def test_the_support_check_kernel_agrees_with_the_torch_ops_at_model_sizes(bad, 
     elif bad == "range_middle":
         fields["q_support"].view(-1)[fields["q_support"].numel() // 2] = D
     rows = rows_for(ts.Decisions(**fields), buckets=None, head_dim=D)
-    assert _kernels_agree(fields, rows, (check_range_into, SUPPORT_CHECK)) == (bad is not None)
+    assert _kernels_agree(fields, rows) == (bad is not None)
 
 
 def _qkv(T=1024, H=2, D=64, dtype=torch.float16, seed=0):

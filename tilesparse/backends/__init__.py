@@ -10,10 +10,9 @@ from . import cupy, executor, reference, sdpa, triton
 from .base import REGISTRY, Backend, register
 from .builder import BUILDERS, HashingBuilder, IndexBuilder, lsh_hasher, register_builder
 # given ids' range check and a support's range and repeat check: Triton's where it runs
-from .triton import range_check as range_check_for
-from .triton import support_check as support_check_for
+from .triton import id_check as id_check_for
 
 __all__ = [
     "BUILDERS", "REGISTRY", "Backend", "HashingBuilder", "IndexBuilder", "cupy", "executor", "lsh_hasher",
-    "range_check_for", "reference", "register", "register_builder", "sdpa", "support_check_for", "triton",
+    "reference", "register", "register_builder", "sdpa", "triton",
 ]  # fmt: skip

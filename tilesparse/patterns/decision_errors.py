@@ -5,10 +5,10 @@ the ids costs nothing there). On CUDA with ``validate=True`` (the default) readi
 would stop the host once per call, and a CUDA graph could not capture the call, so there:
 
 - the ids are checked by device ops: per field the smallest and largest id, and for feature
-  supports whether a token repeats a feature id; where the op was given a :class:`RangeCheck`
-  and a :class:`SupportCheck` (on CUDA, Triton kernels: ``tilesparse.backends.range_check_for``
-  and ``support_check_for``), each field's range check (and a support's repeat check), clamp
-  and poison is that one launch instead of about fifteen torch ops (thirty for a support);
+  supports whether a token repeats a feature id; where the op was given an :class:`IdCheck`
+  (on CUDA, a Triton kernel: ``tilesparse.backends.id_check_for``), the call's range checks
+  (and a support's repeat check), clamps and poison are one launch (two fields a launch)
+  instead of about fifteen torch ops a field (thirty for a support);
 - the index build reads the ids *clamped* into their range, so an out-of-range id never
   becomes an out-of-bounds access;
 - a call whose ids are out of range (or repeat a feature id) returns an output of NaN, and
@@ -31,8 +31,9 @@ clamp, no NaN, but an out-of-range id ends the CUDA context instead of reaching 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -43,9 +44,9 @@ from .device_constants import capturing, outside_graph_pools
 __all__ = [
     "DEFERRED_DEVICES",
     "DeviceErrors",
-    "RangeCheck",
+    "IdCheck",
+    "IdField",
     "Row",
-    "SupportCheck",
     "check_errors",
     "check_on_device",
     "poisoned",
@@ -99,49 +100,43 @@ def rows_for(dec: Decisions, *, buckets: int | None, head_dim: int) -> tuple[Row
     return tuple(rows)
 
 
-class RangeCheck(Protocol):
-    """One field's range check in fewer launches than torch ops (``check_range_into`` of the
-    Triton backend): ``ids`` clamped into [0, bound) (a new tensor), their [min, max] folded
-    into ``record_row``, ``poison`` (0-d float32) set to NaN if they leave the range, else to 1
-    when ``first`` (the call's first field) or left as the earlier fields made it;
-    ``scratch_row`` is the check's own (int64 [max, min, 0] before and after)."""
+class IdField(NamedTuple):
+    """One field's part of an :class:`IdCheck`: ``ids`` and their bound, the field's record row
+    (int64 [min, max], folded) and its scratch row (the check's own: int64 [max, min, 0] before
+    and after); a feature support (the last dim a token's ids, 2 to ``IdCheck.max_width`` of
+    them) also its repeat row (folded with the call's repeat flag: 1 when a token repeats a
+    clamped id, else 0) and that row's scratch."""
 
-    def __call__(
-        self, ids: Tensor, bound: int, record_row: Tensor, scratch_row: Tensor, poison: Tensor, *, first: bool
-    ) -> Tensor: ...
+    ids: Tensor
+    bound: int
+    record_row: Tensor
+    scratch_row: Tensor
+    repeat_row: Tensor | None = None
+    repeat_scratch: Tensor | None = None
 
 
-class SupportCheck(Protocol):
-    """:class:`RangeCheck` for a feature support (the last dim a token's ids, 2 to
-    ``max_width`` of them) and its repeat check in one launch: also folds the call's repeat
-    flag (1 when a token repeats a clamped id, else 0) into ``repeat_row`` (its scratch:
-    ``repeat_scratch``), the poison NaN then too."""
+class IdCheck(Protocol):
+    """A call's range checks (and supports' repeat checks) in fewer launches than torch ops
+    (``check_ids_into`` of the Triton backend): every field's ids clamped into [0, bound) (new
+    tensors, in the fields' order), their rows folded, ``poison`` (0-d float32) set to NaN when
+    a field breaks its check, else to 1."""
 
     max_width: int
 
-    def __call__(
-        self, ids: Tensor, bound: int, record_row: Tensor, scratch_row: Tensor, repeat_row: Tensor,
-        repeat_scratch: Tensor, poison: Tensor, *, first: bool,
-    ) -> Tensor: ...
+    def __call__(self, fields: Sequence[IdField], poison: Tensor) -> list[Tensor]: ...
 
 
 class DeviceErrors:
     """One op's error record on one device: per row the smallest and largest value seen since
     the last report (int64 (R, 2); a "distinct" row holds 1 where a support repeated an id),
-    and its pinned host copy; ``range_check`` and ``support_check``: the checks' kernels where
-    the device has them (then ``scratch`` holds their per-row state). The kernels check a
-    call only when they cover every row (a support's repeats need ``support_check``, and one no
-    wider than its ``max_width``); otherwise the torch ops check it all."""
+    and its pinned host copy; ``id_check``: the checks' kernel where the device has one (then
+    ``scratch`` holds its per-row state). The kernel checks a call only when it covers every
+    row (every support no wider than its ``max_width``); otherwise the torch ops check it all."""
 
-    def __init__(
-        self, owner: str, rows: tuple[Row, ...], device: torch.device, range_check: RangeCheck | None = None,
-        support_check: SupportCheck | None = None,
-    ):
+    def __init__(self, owner: str, rows: tuple[Row, ...], device: torch.device, id_check: IdCheck | None = None):
         self.owner, self.rows, self.device = owner, rows, device
-        supports_fit = support_check is not None and all(r.width <= support_check.max_width for r in rows)
-        kernels = all(r.kind == "range" for r in rows) or supports_fit
-        self.range_check = range_check if kernels else None
-        self.support_check = support_check if kernels else None
+        fits = id_check is not None and all(r.width <= id_check.max_width for r in rows)
+        self.id_check = id_check if fits else None
         init = [[_INT64_MAX, _INT64_MIN]] * len(rows)
 
         def make():  # kept across calls (the record is folded into by every call): outside graph pools
@@ -210,8 +205,8 @@ def check_on_device(
     """``tensors`` (by field name) with every id clamped into its row's range, checked on the
     device into ``errors``; and a 0-d float tensor, NaN when this call's ids break a row, else
     1, to multiply the output by (:func:`poisoned`)."""
-    if errors.range_check is not None:
-        return _check_ranges(tensors, rows, errors)
+    if errors.id_check is not None:
+        return _check_with_kernel(tensors, rows, errors)
     clamped: dict[str, Tensor] = {}
     los, his = [], []
     for row in rows:
@@ -231,20 +226,19 @@ def check_on_device(
     return {n: clamped.get(n, t) for n, t in tensors.items()}, torch.where(bad, float("nan"), 1.0)
 
 
-def _check_ranges(tensors: dict[str, Tensor | None], rows: tuple[Row, ...], errors: DeviceErrors):
-    """:func:`check_on_device` through ``errors.range_check`` and ``errors.support_check``: a
-    launch per field (a support's range and repeat rows in one)."""
+def _check_with_kernel(tensors: dict[str, Tensor | None], rows: tuple[Row, ...], errors: DeviceErrors):
+    """:func:`check_on_device` through ``errors.id_check``: one field per range row (a
+    support's with its repeat row, which follows it)."""
     poison = torch.empty((), dtype=torch.float32, device=errors.device)
-    clamped = {}
     views = errors.row_views
+    fields, names = [], []
     for i, row in enumerate(rows):
         if row.kind == "distinct":  # checked with its field's range row, just before it
             continue
-        ids, first = tensors[row.field], not clamped
-        if i + 1 < len(rows) and rows[i + 1].kind == "distinct":
-            clamped[row.field] = errors.support_check(ids, row.bound, *views[i], *views[i + 1], poison, first=first)
-        else:
-            clamped[row.field] = errors.range_check(ids, row.bound, *views[i], poison, first=first)
+        repeats = views[i + 1] if i + 1 < len(rows) and rows[i + 1].kind == "distinct" else ()
+        fields.append(IdField(tensors[row.field], row.bound, *views[i], *repeats))
+        names.append(row.field)
+    clamped = dict(zip(names, errors.id_check(fields, poison), strict=True))
     errors.publish()
     return {n: clamped.get(n, t) for n, t in tensors.items()}, poison
 

@@ -1,6 +1,6 @@
-"""The one-launch id checks (backends/triton/idcheck.py: a field's range; a feature support's
-range and repeats) against the torch ops they stand in for (patterns/decision_errors.py), under
-the interpreter; tests/gpu repeats them on the H200."""
+"""The one-launch id check (backends/triton/idcheck.py: every field's range, a feature
+support's repeats, two fields a launch) against the torch ops it stands in for
+(patterns/decision_errors.py), under the interpreter; tests/gpu repeats it on the H200."""
 
 from __future__ import annotations
 
@@ -12,72 +12,142 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tilesparse as ts
-from tilesparse.backends import range_check_for, support_check_for
+from tilesparse.backends import id_check_for
 from tilesparse.backends.triton import idcheck
 from tilesparse.patterns import decision_errors
-from tilesparse.patterns.decision_errors import DeviceErrors, Row, check_on_device
+from tilesparse.patterns.decision_errors import DeviceErrors, IdField, Row, check_on_device
 
 _I64 = torch.iinfo(torch.int64)
+_RESET = [_I64.max, _I64.min, 0]
 
 
 def _ids(shape, dtype, lo, hi, seed, view):
     g = torch.Generator().manual_seed(seed)
     base = torch.randint(lo, hi + 1, shape, generator=g, dtype=torch.int64).to(dtype)
-    if view == "transposed" and len(shape) >= 2:
-        return base.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, column-major strides
+    return _viewed(base, view)
+
+
+def _viewed(ids, view):
+    """``ids`` with the same values and other strides: column-major, or a slice of a wider tensor."""
+    if view == "transposed" and ids.dim() >= 2:
+        return ids.transpose(-1, -2).contiguous().transpose(-1, -2)
     if view == "sliced":
-        return torch.cat([base, base], dim=-1)[..., : shape[-1]]  # a strided view of a wider tensor
-    return base
+        return torch.cat([ids, ids], dim=-1)[..., : ids.shape[-1]]
+    return ids
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    shape=st.lists(st.integers(1, 40), min_size=1, max_size=4).filter(lambda s: math.prod(s) <= 5000),
-    dtype=st.sampled_from([torch.int32, torch.int64, torch.int16, torch.uint8]),
-    bound=st.integers(1, 300),
-    lo=st.integers(-5, 250),
-    span=st.integers(0, 400),
-    view=st.sampled_from(["contiguous", "transposed", "sliced"]),
-    first=st.booleans(),
-    before=st.sampled_from([1.0, float("nan")]),
-    seed=st.integers(0, 2**16),
-)
-def test_the_kernel_clamps_folds_and_poisons_as_the_torch_ops(shape, dtype, bound, lo, span, view, first, before, seed):
-    """Clamped ids, the record's fold, the poison (set by the first field, kept NaN by a later
-    one) and the scratch row left reset, for any shape up to 4-D, strides, integer dtypes, and
-    sizes over several programs (T not a multiple of the block)."""
+_DTYPES = st.sampled_from([torch.int32, torch.int64, torch.int16, torch.uint8])
+_VIEWS = st.sampled_from(["contiguous", "transposed", "sliced"])
+
+
+@st.composite
+def _range_field(draw):
+    """Ids of any shape up to 4-D (several programs: not a multiple of the block), any integer
+    dtype, some out of range; and their bound."""
+    shape = draw(st.lists(st.integers(1, 40), min_size=1, max_size=4).filter(lambda s: math.prod(s) <= 5000))
+    dtype = draw(_DTYPES)
+    lo = draw(st.integers(0 if dtype == torch.uint8 else -5, 250))
+    hi = min(lo + draw(st.integers(0, 400)), 255 if dtype == torch.uint8 else 10**6)
+    ids = _ids(tuple(shape), dtype, lo, hi, draw(st.integers(0, 2**16)), draw(_VIEWS))
+    return ids, draw(st.integers(1, 300)), False
+
+
+@st.composite
+def _support_field(draw):
+    """A 1-D to 4-D support of 2 to MAX_SUPPORT ids a token, distinct unless a token is made to
+    repeat one, maybe with an id out of range; and its bound."""
+    k = draw(st.integers(2, idcheck.MAX_SUPPORT))
+    dtype = draw(_DTYPES)
+    bound = k + draw(st.integers(0, 40))
     if dtype == torch.uint8:
-        lo = max(lo, 0)
-    hi = min(lo + span, 255 if dtype == torch.uint8 else 10**6)
-    ids = _ids(tuple(shape), dtype, lo, hi, seed, view)
-    record = torch.tensor([3, 7], dtype=torch.int64)  # what earlier calls left
-    scratch = torch.tensor([_I64.max, _I64.min, 0], dtype=torch.int64)
-    poison = torch.tensor(before, dtype=torch.float32)
-    out = idcheck.check_range_into(ids, bound, record, scratch, poison, first=first)
-    assert out.dtype == ids.dtype and out.is_contiguous()
-    torch.testing.assert_close(out, ids.long().clamp(0, bound - 1).to(dtype), rtol=0, atol=0)
-    got_lo, got_hi = int(ids.min()), int(ids.max())
-    assert record.tolist() == [min(3, got_lo), max(7, got_hi)]
-    assert scratch.tolist() == [_I64.max, _I64.min, 0]  # the last program reset it for the next call
-    bad = got_lo < 0 or got_hi >= bound
-    assert bool(poison.isnan()) == (bad or (not first and math.isnan(before)))
-    if not poison.isnan():
+        bound = min(bound, 200)
+    repeat = draw(st.one_of(st.none(), st.tuples(st.integers(0, 10**4), st.integers(0, 63), st.integers(0, 63))))
+    values = [200] if dtype == torch.uint8 else [-3, -1, 200]
+    out_of_range = draw(st.one_of(st.none(), st.tuples(st.integers(0, 10**4), st.integers(0, 63), st.sampled_from(values))))
+    lead = draw(st.lists(st.integers(1, 9), min_size=0, max_size=3))
+    ids = _support((*lead, k), dtype, bound, draw(st.integers(0, 2**16)), repeat, out_of_range, draw(_VIEWS))
+    return ids, bound, True
+
+
+def _torch_check(ids, bound, support):
+    """What the torch ops of check_on_device make of one field: the clamped ids, the range
+    row's [min, max], the repeat flag (a support's; else None)."""
+    clamped = ids.long().clamp(0, bound - 1)
+    repeats = None
+    if support:
+        s = clamped.sort(dim=-1).values
+        repeats = int((s[..., 1:] == s[..., :-1]).any())
+    return clamped.to(ids.dtype), (int(ids.min()), int(ids.max())), repeats
+
+
+@settings(max_examples=60, deadline=None)
+@given(fields=st.lists(st.one_of(_range_field(), _support_field()), min_size=1, max_size=3))
+def test_the_kernel_clamps_folds_and_poisons_as_the_torch_ops(fields):
+    """One to three fields (ids of any shape, feature supports, mixed; two a launch, the third
+    in a second launch after the first's poison): each field's clamped ids, its range row's
+    and repeat row's fold, the call's poison and every scratch row left reset, as the torch
+    ops make them; a repeat or an out-of-range id in any token of any field is seen."""
+    rows = []
+    for ids, bound, support in fields:
+        record = torch.tensor([3, 7], dtype=torch.int64)  # what earlier calls left
+        scratch = torch.tensor(_RESET, dtype=torch.int64)
+        rep = (torch.tensor([_I64.max, _I64.min], dtype=torch.int64), torch.tensor(_RESET, dtype=torch.int64))
+        rows.append(IdField(ids, bound, record, scratch, *(rep if support else ())))
+    poison = torch.tensor(float("nan"))  # what the call found in it: the kernel sets it
+    outs = idcheck.check_ids_into(rows, poison)
+    bad = False
+    for (ids, bound, support), row, out in zip(fields, rows, outs, strict=True):
+        clamped, (lo, hi), repeats = _torch_check(ids, bound, support)
+        assert out.dtype == ids.dtype and out.is_contiguous()
+        torch.testing.assert_close(out, clamped, rtol=0, atol=0)
+        assert row.record_row.tolist() == [min(3, lo), max(7, hi)]
+        assert row.scratch_row.tolist() == _RESET  # the last program reset it for the next call
+        if support:
+            assert row.repeat_row.tolist() == [repeats, repeats]
+            assert row.repeat_scratch.tolist() == _RESET
+        bad = bad or lo < 0 or hi >= bound or bool(repeats)
+    assert bool(poison.isnan()) == bad
+    if not bad:
         assert float(poison) == 1.0
+
+
+def test_a_call_of_two_fields_is_one_launch_and_of_three_two(monkeypatch):
+    """Two fields a launch: the query and key sides of a pattern share one."""
+    launches = []
+    real = idcheck._check_ids.run
+    monkeypatch.setattr(idcheck._check_ids, "run", lambda *a, **kw: launches.append(1) or real(*a, **kw))
+    rows = lambda: (torch.tensor([0, 0]), torch.tensor(_RESET))  # noqa: E731
+    ids = torch.zeros(2, 50, dtype=torch.int32)
+    for n, want in ((1, 1), (2, 1), (3, 2)):
+        launches.clear()
+        idcheck.check_ids_into([IdField(ids, 4, *rows()) for _ in range(n)], torch.zeros(()))
+        assert len(launches) == want, n
 
 
 def test_the_kernel_refuses_what_it_cannot_check():
     ids = torch.zeros(4, dtype=torch.int32)
     rec, scr, poi = torch.zeros(2, dtype=torch.int64), torch.zeros(3, dtype=torch.int64), torch.zeros(())
+    check = lambda *f, poison=poi: idcheck.check_ids_into([IdField(*f)], poison)  # noqa: E731
+    with pytest.raises(ValueError, match="fields must name at least one field"):
+        idcheck.check_ids_into([], poi)
     with pytest.raises(ValueError, match="ids must be a non-empty tensor of 1 to 4 dims"):
-        idcheck.check_range_into(torch.zeros(1, 1, 1, 1, 2, dtype=torch.int32), 4, rec, scr, poi, first=True)
+        check(torch.zeros(1, 1, 1, 1, 2, dtype=torch.int32), 4, rec, scr)
     with pytest.raises(ValueError, match="ids must be a non-empty tensor"):
-        idcheck.check_range_into(torch.zeros(0, dtype=torch.int32), 4, rec, scr, poi, first=True)
+        check(torch.zeros(0, dtype=torch.int32), 4, rec, scr)
     with pytest.raises(ValueError, match="bound must be >= 1"):
-        idcheck.check_range_into(ids, 0, rec, scr, poi, first=True)
+        check(ids, 0, rec, scr)
     with pytest.raises(ValueError, match="scratch_row must be 3 contiguous torch.int64"):
-        idcheck.check_range_into(ids, 4, rec, scr.int(), poi, first=True)
+        check(ids, 4, rec, scr.int())
     with pytest.raises(ValueError, match="poison must be 1 contiguous torch.float32"):
-        idcheck.check_range_into(ids, 4, rec, scr, poi.double(), first=True)
+        check(ids, 4, rec, scr, poison=poi.double())
+    sup = torch.zeros(2, 3, dtype=torch.int32)
+    with pytest.raises(ValueError, match="repeat_scratch must be 3 contiguous torch.int64 on cpu, got None"):
+        check(sup, 4, rec, scr, rec)
+    with pytest.raises(ValueError, match=rf"a support's last dim must hold 2 to {idcheck.MAX_SUPPORT} ids, got 1"):
+        check(torch.zeros(2, 3, 1, dtype=torch.int32), 4, rec, scr, rec, scr)
+    wide = idcheck.MAX_SUPPORT + 1
+    with pytest.raises(ValueError, match=rf"got {wide}"):
+        check(torch.zeros(2, wide, dtype=torch.int32), 4 * wide, rec, scr, rec, scr)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.uint8])
@@ -85,7 +155,7 @@ def test_the_kernel_refuses_what_it_cannot_check():
 def test_check_on_device_gives_the_same_through_the_kernel_and_the_torch_ops(bad, dtype):
     """One field or the other out of range, or none: the same clamped fields, poison and
     recorded error through both ways (the op's device path takes the kernel where Triton runs)."""
-    assert range_check_for(torch.device("cpu")) is idcheck.check_range_into  # the interpreter counts here
+    assert id_check_for(torch.device("cpu")) is idcheck.ID_CHECK  # the interpreter counts here
     g = torch.Generator().manual_seed(0)
     fields = {n: torch.randint(0, 4, (2, 3, 50), generator=g, dtype=dtype) for n in ("q_bucket", "k_bucket")}
     if bad and not (dtype == torch.uint8 and bad[1] < 0):
@@ -96,17 +166,17 @@ def test_check_on_device_gives_the_same_through_the_kernel_and_the_torch_ops(bad
     bound = 300 if dtype == torch.uint8 and bad is None else 4
     rows = (Row("q_bucket", "range", bound), Row("k_bucket", "range", bound))
     error = rf"decisions\.{bad[0]} values must lie in \[0, {bound}\)" if bad else None
-    assert _same_both_ways(fields, rows, (idcheck.check_range_into,), error) == (bad is not None)
+    assert _same_both_ways(fields, rows, error) == (bad is not None)
 
 
-def _same_both_ways(fields: dict, rows: tuple, kernels: tuple, error: str | None) -> bool:
-    """check_on_device on ``fields`` through the torch ops and through ``kernels`` (the range
-    check, and the support check if given): the same clamped fields, poison and record, and
-    ``error`` (a message pattern, or None: no error) raised by both; whether the poison is NaN."""
+def _same_both_ways(fields: dict, rows: tuple, error: str | None) -> bool:
+    """check_on_device on ``fields`` through the torch ops and through the kernel: the same
+    clamped fields, poison and record, and ``error`` (a message pattern, or None: no error)
+    raised by both; whether the poison is NaN."""
     results = []
-    for checks in ((None,) * len(kernels), kernels):
-        errors = DeviceErrors("op", rows, torch.device("cpu"), *checks)
-        assert (errors.range_check is None) == (checks[0] is None)
+    for check in (None, idcheck.ID_CHECK):
+        errors = DeviceErrors("op", rows, torch.device("cpu"), check)
+        assert errors.id_check is check
         clamped, poison = check_on_device({n: t.clone() for n, t in fields.items()}, rows, errors)
         results.append((clamped, poison, errors.record.clone()))
         if error:
@@ -138,85 +208,14 @@ def _support(shape, dtype, bound, seed, repeat, out_of_range, view):
     if out_of_range is not None:
         tok, j, value = out_of_range
         flat[tok % flat.shape[0], j % k] = value
-    ids = ids.to(dtype)
-    if view == "transposed" and ids.dim() >= 2:
-        return ids.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if view == "sliced":
-        return torch.cat([ids, ids], dim=-1)[..., :k]
-    return ids
-
-
-def _torch_support_check(ids, bound):
-    """What the torch ops of check_on_device make of one support: the clamped ids, the range
-    row's [min, max], the repeat flag."""
-    clamped = ids.long().clamp(0, bound - 1)
-    s = clamped.sort(dim=-1).values
-    return clamped.to(ids.dtype), (int(ids.min()), int(ids.max())), int((s[..., 1:] == s[..., :-1]).any())
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    lead=st.lists(st.integers(1, 9), min_size=0, max_size=3),
-    k=st.integers(2, idcheck.MAX_SUPPORT),
-    extra=st.integers(0, 40),
-    dtype=st.sampled_from([torch.int32, torch.int64, torch.int16, torch.uint8]),
-    repeat=st.one_of(st.none(), st.tuples(st.integers(0, 10**4), st.integers(0, 63), st.integers(0, 63))),
-    out_of_range=st.one_of(
-        st.none(), st.tuples(st.integers(0, 10**4), st.integers(0, 63), st.sampled_from([-3, -1, 200]))
-    ),
-    view=st.sampled_from(["contiguous", "transposed", "sliced"]),
-    first=st.booleans(),
-    before=st.sampled_from([1.0, float("nan")]),
-    seed=st.integers(0, 2**16),
-)
-def test_the_support_kernel_clamps_folds_and_poisons_as_the_torch_ops(
-    lead, k, extra, dtype, repeat, out_of_range, view, first, before, seed
-):
-    """A support's clamped ids, its range row's and repeat row's fold, the poison and both
-    scratch rows left reset, for 1-D to 4-D supports of 2 to MAX_SUPPORT ids per token (tokens
-    over several programs), strides and integer dtypes; a repeat or an out-of-range id in any
-    token is seen."""
-    bound = k + extra
-    if dtype == torch.uint8 and out_of_range is not None and out_of_range[2] < 0:
-        out_of_range = None
-    if dtype == torch.uint8:
-        bound = min(bound, 200)
-    ids = _support((*lead, k), dtype, bound, seed, repeat, out_of_range, view)
-    record, repeat_row = torch.tensor([3, 7], dtype=torch.int64), torch.tensor([_I64.max, _I64.min], dtype=torch.int64)
-    scratch, repeat_scratch = (torch.tensor([_I64.max, _I64.min, 0], dtype=torch.int64) for _ in range(2))
-    poison = torch.tensor(before, dtype=torch.float32)
-    out = idcheck.check_support_into(ids, bound, record, scratch, repeat_row, repeat_scratch, poison, first=first)
-    clamped, (lo, hi), repeats = _torch_support_check(ids, bound)
-    assert out.dtype == ids.dtype and out.is_contiguous()
-    torch.testing.assert_close(out, clamped, rtol=0, atol=0)
-    assert record.tolist() == [min(3, lo), max(7, hi)]
-    assert repeat_row.tolist() == [repeats, repeats]
-    if repeat is not None and out_of_range is None:
-        assert repeats == 1  # the generator made one
-    assert scratch.tolist() == repeat_scratch.tolist() == [_I64.max, _I64.min, 0]
-    bad = lo < 0 or hi >= bound or repeats
-    assert bool(poison.isnan()) == bool(bad or (not first and math.isnan(before)))
-    if not poison.isnan():
-        assert float(poison) == 1.0
-
-
-def test_the_support_kernel_refuses_what_it_cannot_check():
-    rows = [torch.zeros(2, dtype=torch.int64), torch.zeros(3, dtype=torch.int64)] * 2
-    poison = torch.zeros(())
-    with pytest.raises(ValueError, match=rf"a support's last dim must hold 2 to {idcheck.MAX_SUPPORT} ids, got 1"):
-        idcheck.check_support_into(torch.zeros(2, 3, 1, dtype=torch.int32), 4, *rows, poison, first=True)
-    wide = idcheck.MAX_SUPPORT + 1
-    with pytest.raises(ValueError, match=rf"got {wide}"):
-        idcheck.check_support_into(torch.zeros(2, wide, dtype=torch.int32), 4 * wide, *rows, poison, first=True)
-    with pytest.raises(ValueError, match="repeat_scratch must be 3 contiguous torch.int64"):
-        idcheck.check_support_into(torch.zeros(2, 4, dtype=torch.int32), 8, *rows[:3], rows[0], poison, first=True)
+    return _viewed(ids.to(dtype), view)
 
 
 @pytest.mark.parametrize("bad", [None, "repeat", ("q_support", 9), ("k_support", -2)])
-def test_check_on_device_gives_the_same_for_supports_through_the_kernels_and_the_torch_ops(bad):
-    """A TopKFeatures pair of supports (the kernels: one launch per field, both rows in it) and
-    the torch ops: the same clamped fields, poison and record, and the same error raised."""
-    assert support_check_for(torch.device("cpu")) is idcheck.SUPPORT_CHECK
+def test_check_on_device_gives_the_same_for_supports_through_the_kernel_and_the_torch_ops(bad):
+    """A TopKFeatures pair of supports (the kernel: one launch, each field's range and repeat
+    rows in it) and the torch ops: the same clamped fields, poison and record, and the same
+    error raised."""
     g = torch.Generator().manual_seed(1)
     fields = {n: torch.stack([torch.randperm(8, generator=g)[:4] for _ in range(2 * 3 * 20)]).view(2, 3, 20, 4)
               for n in ("q_support", "k_support")}  # fmt: skip
@@ -231,34 +230,30 @@ def test_check_on_device_gives_the_same_for_supports_through_the_kernels_and_the
         error = r"decisions\.k_support repeats a feature id"
     elif bad:
         error = rf"decisions\.{bad[0]} values must lie in \[0, 8\)"
-    kernels = (idcheck.check_range_into, idcheck.SUPPORT_CHECK)
-    assert _same_both_ways(fields, rows, kernels, error) == (bad is not None)
+    assert _same_both_ways(fields, rows, error) == (bad is not None)
 
 
 def test_a_support_wider_than_the_kernel_keeps_the_torch_ops():
-    """No kernels for a record whose support is too wide for the repeat kernel, or where no
-    support check is given: the torch ops check every row of such a call."""
+    """No kernel for a record whose support is too wide for its repeat check: the torch ops
+    check every row of such a call."""
     narrow = (Row("q_support", "range", 8), Row("q_support", "distinct", 1, 4))
     wide = (Row("q_support", "range", 256), Row("q_support", "distinct", 1, idcheck.MAX_SUPPORT + 1))
     cpu = torch.device("cpu")
-    assert DeviceErrors("op", narrow, cpu, idcheck.check_range_into, idcheck.SUPPORT_CHECK).range_check is not None
-    assert DeviceErrors("op", narrow, cpu, idcheck.check_range_into).range_check is None
-    assert DeviceErrors("op", wide, cpu, idcheck.check_range_into, idcheck.SUPPORT_CHECK).range_check is None
+    assert DeviceErrors("op", narrow, cpu, idcheck.ID_CHECK).id_check is idcheck.ID_CHECK
+    assert DeviceErrors("op", wide, cpu, idcheck.ID_CHECK).id_check is None
 
 
-@pytest.mark.parametrize(
-    "spec,kernel", [(ts.Hash(buckets=4), "check_range_into"), (ts.TopKFeatures(k=4), "check_support_into")], ids=str
-)
-def test_the_device_path_of_an_op_uses_the_kernel(spec, kernel, monkeypatch):
+@pytest.mark.parametrize("spec", [ts.Hash(buckets=4), ts.TopKFeatures(k=4)], ids=str)
+def test_the_device_path_of_an_op_uses_the_kernel(spec, monkeypatch):
     """A call whose given ids (buckets; feature supports) are checked on the device goes
-    through the kernel, one launch per field (counted), and equals the reference."""
+    through the kernel, one launch for both sides (counted), and equals the reference."""
     monkeypatch.setattr(decision_errors, "DEFERRED_DEVICES", frozenset({"cuda", "cpu"}))
-    calls = []
-    real = getattr(idcheck, kernel)
-    monkeypatch.setattr(idcheck, kernel, lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    launches = []
+    real = idcheck._check_ids.run
+    monkeypatch.setattr(idcheck._check_ids, "run", lambda *a, **kw: launches.append(1) or real(*a, **kw))
     attn = ts.compile(spec, backend="triton")
     q, k, v = (torch.randn(1, 2, 40, 16) for _ in range(3))
     dec = attn.decide(q, k)
     given_ = ts.Decisions(**{n: t.clone() for n, t in dec.items() if t is not None})
     torch.testing.assert_close(attn(q, k, v, decisions=given_), attn.reference(q, k, v, decisions=dec))
-    assert len(calls) == 2
+    assert len(launches) == 1

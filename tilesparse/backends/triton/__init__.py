@@ -21,29 +21,18 @@ from ..reference import feature_mask
 from .availability import device_reasons, triton_reasons
 from .builder import TritonBuilder
 
-__all__ = ["TritonBackend", "TritonBuilder", "range_check", "support_check"]
+__all__ = ["TritonBackend", "TritonBuilder", "id_check"]
 
 
-def range_check(device: torch.device):
-    """The one-launch check of given ids' range (``idcheck.check_range_into``,
-    :class:`tilesparse.patterns.decision_errors.RangeCheck`) where Triton kernels run on
-    ``device``; None elsewhere (torch ops check them)."""
+def id_check(device: torch.device):
+    """The one-launch check of a call's given ids, their ranges and a support's repeats
+    (``idcheck.ID_CHECK``, :class:`tilesparse.patterns.decision_errors.IdCheck`) where Triton
+    kernels run on ``device``; None elsewhere (torch ops check them)."""
     if device_reasons(device):
         return None
-    from .idcheck import check_range_into
+    from .idcheck import ID_CHECK
 
-    return check_range_into
-
-
-def support_check(device: torch.device):
-    """The one-launch check of a given feature support's range and repeats
-    (``idcheck.SUPPORT_CHECK``, :class:`tilesparse.patterns.decision_errors.SupportCheck`)
-    where Triton kernels run on ``device``; None elsewhere (torch ops check them)."""
-    if device_reasons(device):
-        return None
-    from .idcheck import SUPPORT_CHECK
-
-    return SUPPORT_CHECK
+    return ID_CHECK
 
 
 class TritonBackend(Backend):

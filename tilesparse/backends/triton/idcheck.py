@@ -1,29 +1,34 @@
-"""Given ids checked on the device in one launch per field (``validate=True`` on a GPU).
+"""Given ids checked on the device in one launch per call (``validate=True`` on a GPU).
 
 :func:`tilesparse.patterns.decision_errors.check_on_device` defines the check: clamp the ids
 into [0, bound) for the index build, fold their smallest and largest value into the op's error
 record, and make the call's poison NaN when any id is out of range (or, for a feature support,
 when a token names one feature twice). As torch ops that is about fifteen small launches a
-call (a support's sort-based repeat check adds as many again), each a few to tens of
-microseconds of host time; these kernels do one field's part in one launch:
+field (a support's sort-based repeat check adds as many again), each a few to tens of
+microseconds of host time; :func:`check_ids_into` does a call's fields in one launch (two
+fields a launch: a pattern's query and key side):
 
-- every program clamps its block of ids into the output and folds its block's minimum and
-  maximum into the record row and into a scratch row (atomics);
-- a support (:func:`check_support_into`, the last dim a token's feature ids) is checked by
-  tokens, whole: each program also finds whether one of its tokens repeats a clamped id and
-  folds that into the repeat row's scratch;
-- the last program to finish (a counter in the scratch row) reads the scratch row's extremes,
-  resets the row for the next call (so a CUDA graph replay finds it reset too) and writes the
-  call's poison: NaN when the field's ids leave [0, bound) (or repeat), else 1, or the poison
-  of the field checked before it in this call (``FIRST`` false), so one 0-d tensor covers every
-  field; for a support it also folds the call's repeat flag (0 or 1) into the repeat row.
+- each field has its own programs; every program clamps its block of ids into the field's
+  output and folds its block's minimum and maximum into the field's record row and scratch
+  row (atomics);
+- a support (the last dim a token's feature ids) is checked by tokens, whole: each program also
+  finds whether one of its tokens repeats a clamped id and folds that into the repeat row's
+  scratch;
+- the last program to finish (a counter in the first field's scratch row) reads every field's
+  scratch extremes, resets those rows for the next call (so a CUDA graph replay finds them reset
+  too) and writes the call's poison: NaN when a field's ids leave [0, bound) (or repeat), else
+  1, or the poison of the launch before it in this call (``FIRST`` false, a call of more than
+  two fields), so one 0-d tensor covers every field; for a support it also folds the call's
+  repeat flag (0 or 1) into the repeat row.
 
 The record and scratch rows outlive the call (the op's :class:`DeviceErrors`); the poison is
-the call's own. Two calls of one op on two streams at once would share the scratch row: the
+the call's own. Two calls of one op on two streams at once would share the scratch rows: the
 op's calls are expected in stream order, as its error record already assumes.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 import triton
@@ -32,7 +37,7 @@ from torch import Tensor
 
 from .launch import lean
 
-__all__ = ["BLOCK", "MAX_SUPPORT", "SUPPORT_CHECK", "check_range_into", "check_support_into"]
+__all__ = ["BLOCK", "ID_CHECK", "MAX_SUPPORT", "check_ids_into"]
 
 BLOCK = 1024  # ids per program
 # the widest support (feature ids per token) checked by a kernel: its repeat check compares
@@ -44,13 +49,11 @@ _I64_MIN = torch.iinfo(torch.int64).min
 
 
 @triton.jit
-def _check_range(X, OUT, RECORD, SCRATCH, POISON,
-                 n, size1, size2, size3, stride0, stride1, stride2, stride3, bound, n_programs, lo_init, hi_init,
-                 FIRST: tl.constexpr, BLOCK: tl.constexpr):
-    """Ids [pid * BLOCK, (pid + 1) * BLOCK) of X (up to 4-D, any strides; row-major order)
-    clamped into the contiguous OUT; RECORD and SCRATCH's [min, max] folded; the last program
-    writes POISON."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+def _range_block(X, OUT, RECORD, SCRATCH, blk, n, size1, size2, size3, stride0, stride1, stride2, stride3, bound,
+                 BLOCK: tl.constexpr):
+    """Ids [blk * BLOCK, (blk + 1) * BLOCK) of X (up to 4-D, any strides; row-major order)
+    clamped into the contiguous OUT; RECORD and SCRATCH's [min, max] folded."""
+    offs = blk * BLOCK + tl.arange(0, BLOCK)
     in_range = offs < n
     # lanes past the end read the last id again: the block's extremes need no sentinel
     i = tl.minimum(offs, n - 1).to(tl.int64)
@@ -66,28 +69,16 @@ def _check_range(X, OUT, RECORD, SCRATCH, POISON,
     tl.atomic_max(RECORD + 1, hi)
     tl.atomic_min(SCRATCH, lo)
     tl.atomic_max(SCRATCH + 1, hi)
-    if tl.atomic_add(SCRATCH + 2, 1) == n_programs - 1:  # acq_rel: every program's extremes are in
-        call_lo = tl.atomic_xchg(SCRATCH, lo_init)
-        call_hi = tl.atomic_xchg(SCRATCH + 1, hi_init)
-        tl.atomic_xchg(SCRATCH + 2, 0)
-        bad = (call_lo < 0) | (call_hi >= bound)
-        if FIRST:
-            before = 1.0
-        else:
-            before = tl.load(POISON)
-        tl.store(POISON, tl.where(bad, float("nan"), before))
 
 
 @triton.jit
-def _check_support(X, OUT, RECORD, SCRATCH, RECORD_REP, SCRATCH_REP, POISON,
-                   n_tokens, k, size1, size2, stride0, stride1, stride2, stride3, bound, n_programs, lo_init, hi_init,
-                   FIRST: tl.constexpr, TOKENS: tl.constexpr, KPAD: tl.constexpr):
-    """Tokens [pid * TOKENS, (pid + 1) * TOKENS) of the support X (B, H, T, k; any strides):
+def _support_block(X, OUT, RECORD, SCRATCH, SCRATCH_REP, blk, n_tokens, size1, size2, k,
+                   stride0, stride1, stride2, stride3, bound, TOKENS: tl.constexpr, KPAD: tl.constexpr):
+    """Tokens [blk * TOKENS, (blk + 1) * TOKENS) of the support X (B, H, T, k; any strides):
     their ids clamped into the contiguous OUT, RECORD and SCRATCH's [min, max] folded as
-    :func:`_check_range` does, and whether a token repeats a clamped id folded into
-    SCRATCH_REP's max; the last program folds the call's repeat flag into RECORD_REP and
-    writes POISON."""
-    tok = tl.program_id(0) * TOKENS + tl.arange(0, TOKENS)
+    :func:`_range_block` does, and whether a token repeats a clamped id folded into
+    SCRATCH_REP's max."""
+    tok = blk * TOKENS + tl.arange(0, TOKENS)
     j = tl.arange(0, KPAD)
     # tokens past the end read the last token again, lanes past k its last id: the extremes
     # need no sentinel, and the repeat check below looks at lanes below k only
@@ -107,20 +98,66 @@ def _check_support(X, OUT, RECORD, SCRATCH, RECORD_REP, SCRATCH_REP, POISON,
         at_a = tl.sum(tl.where(j[None, :] == a, c, 0), 1)
         later = (j[None, :] > a) & (j[None, :] < k)
         repeats = tl.maximum(repeats, tl.max(((c == at_a[:, None]) & later).to(tl.int32), 1))
-    rep = tl.max(repeats, 0).to(tl.int64)
     tl.atomic_min(RECORD, lo)
     tl.atomic_max(RECORD + 1, hi)
     tl.atomic_min(SCRATCH, lo)
     tl.atomic_max(SCRATCH + 1, hi)
-    tl.atomic_max(SCRATCH_REP + 1, rep)
-    if tl.atomic_add(SCRATCH + 2, 1) == n_programs - 1:  # acq_rel: every program's part is in
-        call_lo = tl.atomic_xchg(SCRATCH, lo_init)
-        call_hi = tl.atomic_xchg(SCRATCH + 1, hi_init)
+    tl.atomic_max(SCRATCH_REP + 1, tl.max(repeats, 0).to(tl.int64))
+
+
+@triton.jit
+def _field_block(X, OUT, RECORD, SCRATCH, SCRATCH_REP, blk, n, size1, size2, size3, stride0, stride1, stride2, stride3,
+                 bound, KPAD: tl.constexpr, BLOCK: tl.constexpr):
+    """One program's block of one field: ids (``KPAD`` 1) or a support's tokens (``KPAD`` its
+    padded width; its width is ``size3``)."""
+    if KPAD == 1:
+        _range_block(X, OUT, RECORD, SCRATCH, blk, n, size1, size2, size3, stride0, stride1, stride2, stride3, bound,
+                     BLOCK)  # fmt: skip
+    else:
+        _support_block(X, OUT, RECORD, SCRATCH, SCRATCH_REP, blk, n, size1, size2, size3, stride0, stride1, stride2,
+                       stride3, bound, BLOCK // KPAD, KPAD)  # fmt: skip
+
+
+@triton.jit
+def _field_verdict(RECORD_REP, SCRATCH, SCRATCH_REP, bound, lo_init, hi_init, KPAD: tl.constexpr):
+    """The last program's part for one field: its scratch rows read and reset, a support's
+    repeat flag folded into RECORD_REP; whether the field's ids break its check."""
+    call_lo = tl.atomic_xchg(SCRATCH, lo_init)
+    call_hi = tl.atomic_xchg(SCRATCH + 1, hi_init)
+    bad = (call_lo < 0) | (call_hi >= bound)
+    if KPAD > 1:
         call_rep = tl.atomic_xchg(SCRATCH_REP + 1, hi_init)
-        tl.atomic_xchg(SCRATCH + 2, 0)
         tl.atomic_min(RECORD_REP, call_rep)
         tl.atomic_max(RECORD_REP + 1, call_rep)
-        bad = (call_lo < 0) | (call_hi >= bound) | (call_rep > 0)
+        bad = bad | (call_rep > 0)
+    return bad
+
+
+@triton.jit
+def _check_ids(X0, OUT0, RECORD0, SCRATCH0, RECORD_REP0, SCRATCH_REP0,
+               n0, size01, size02, size03, stride00, stride01, stride02, stride03, bound0, programs0,
+               X1, OUT1, RECORD1, SCRATCH1, RECORD_REP1, SCRATCH_REP1,
+               n1, size11, size12, size13, stride10, stride11, stride12, stride13, bound1, programs1,
+               POISON, lo_init, hi_init,
+               FIRST: tl.constexpr, KPAD0: tl.constexpr, KPAD1: tl.constexpr, BLOCK: tl.constexpr):
+    """Field 0's programs [0, programs0), then field 1's (``KPAD1`` 0: no field 1); ``KPAD``
+    1 for ids, a support's padded width for a support. The last program to finish writes
+    POISON."""
+    pid = tl.program_id(0)
+    if KPAD1 == 0:
+        _field_block(X0, OUT0, RECORD0, SCRATCH0, SCRATCH_REP0, pid, n0, size01, size02, size03,
+                     stride00, stride01, stride02, stride03, bound0, KPAD0, BLOCK)  # fmt: skip
+    elif pid < programs0:
+        _field_block(X0, OUT0, RECORD0, SCRATCH0, SCRATCH_REP0, pid, n0, size01, size02, size03,
+                     stride00, stride01, stride02, stride03, bound0, KPAD0, BLOCK)  # fmt: skip
+    else:
+        _field_block(X1, OUT1, RECORD1, SCRATCH1, SCRATCH_REP1, pid - programs0, n1, size11, size12, size13,
+                     stride10, stride11, stride12, stride13, bound1, KPAD1, BLOCK)  # fmt: skip
+    if tl.atomic_add(SCRATCH0 + 2, 1) == programs0 + programs1 - 1:  # acq_rel: every program's part is in
+        tl.atomic_xchg(SCRATCH0 + 2, 0)
+        bad = _field_verdict(RECORD_REP0, SCRATCH0, SCRATCH_REP0, bound0, lo_init, hi_init, KPAD0)
+        if KPAD1 > 0:
+            bad = bad | _field_verdict(RECORD_REP1, SCRATCH1, SCRATCH_REP1, bound1, lo_init, hi_init, KPAD1)
         if FIRST:
             before = 1.0
         else:
@@ -128,59 +165,70 @@ def _check_support(X, OUT, RECORD, SCRATCH, RECORD_REP, SCRATCH_REP, POISON,
         tl.store(POISON, tl.where(bad, float("nan"), before))
 
 
-def check_range_into(
-    ids: Tensor, bound: int, record_row: Tensor, scratch_row: Tensor, poison: Tensor, *, first: bool
-) -> Tensor:
-    """``ids`` (non-empty, up to 4-D) clamped into [0, bound), contiguous, in their dtype; the
-    record row (int64 [min, max]) folded; ``poison`` (0-d float32) set when ``first``, else
-    kept NaN or made NaN. ``scratch_row`` (int64 [max, min, 0] between calls) is left so."""
-    _check_arguments(ids, bound, record_row=record_row, scratch_row=scratch_row, poison=poison)
+def check_ids_into(fields: Sequence, poison: Tensor) -> list[Tensor]:
+    """:class:`~tilesparse.patterns.decision_errors.IdCheck`'s call (``fields``: its
+    ``IdField`` tuples, or anything with their attributes): every field's ids clamped into
+    [0, bound) (new contiguous tensors, in their dtype), their rows folded, ``poison`` (0-d
+    float32) set to NaN when a field's ids leave their range (or a support repeats an id), else
+    to 1; two fields a launch, every field checked before the first."""
+    if not fields:
+        raise ValueError("fields must name at least one field to check")
+    for f in fields:
+        _check_row("poison", poison, f.ids.device)
+    prepared = [_field_args(f) for f in fields]
+    for start in range(0, len(prepared), 2):
+        pair = prepared[start : start + 2]
+        programs = sum(f_args[-1] for _, _, f_args in pair)  # each field's arguments end with its programs
+        (_, kpad0, args), kpad1 = pair[0], 0
+        if len(pair) == 2:
+            kpad1, args = pair[1][1], args + pair[1][2]
+        else:  # no field 1: its arguments are field 0's, never read, and no programs
+            args = args + args[:-1] + [0]
+        lean(_check_ids)[(programs,)](
+            *args, poison, _I64_MAX, _I64_MIN, FIRST=start == 0, KPAD0=kpad0, KPAD1=kpad1, BLOCK=BLOCK, num_warps=4,
+        )  # fmt: skip
+    return [out for out, _, _ in prepared]
+
+
+def _field_args(f) -> tuple[Tensor, int, list]:
+    """A field's output, its ``KPAD`` (1 for ids) and its launch arguments, checked."""
+    ids = f.ids
+    if not 0 < ids.dim() <= _MAX_DIMS or ids.numel() == 0:
+        raise ValueError(f"ids must be a non-empty tensor of 1 to {_MAX_DIMS} dims, got shape {tuple(ids.shape)}")
+    if f.bound < 1:
+        raise ValueError(f"bound must be >= 1, got {f.bound}")
+    support = f.repeat_row is not None or f.repeat_scratch is not None
+    rows = ("record_row", "scratch_row") + (("repeat_row", "repeat_scratch") if support else ())
+    for name in rows:
+        _check_row(name, getattr(f, name), ids.device)
     sizes, strides, out = _padded(ids)
-    n = ids.numel()
-    programs = triton.cdiv(n, BLOCK)
-    lean(_check_range)[(programs,)](
-        ids, out, record_row, scratch_row, poison, n, *sizes[1:], *strides, bound, programs, _I64_MAX, _I64_MIN,
-        FIRST=first, BLOCK=BLOCK, num_warps=4,
-    )  # fmt: skip
-    return out
+    if support:
+        k = ids.shape[-1]
+        if not 2 <= k <= MAX_SUPPORT:
+            raise ValueError(f"a support's last dim must hold 2 to {MAX_SUPPORT} ids, got {k}")
+        kpad = triton.next_power_of_2(k)
+        n = ids.numel() // k
+        programs = triton.cdiv(n, BLOCK // kpad)
+        rep = (f.repeat_row, f.repeat_scratch)
+    else:
+        kpad, n = 1, ids.numel()
+        programs = triton.cdiv(n, BLOCK)
+        rep = (f.record_row, f.scratch_row)  # not read
+    return out, kpad, [ids, out, f.record_row, f.scratch_row, *rep, n, *sizes[1:], *strides, f.bound, programs]
 
 
-def check_support_into(
-    ids: Tensor, bound: int, record_row: Tensor, scratch_row: Tensor, repeat_row: Tensor, repeat_scratch: Tensor,
-    poison: Tensor, *, first: bool,
-) -> Tensor:
-    """:func:`check_range_into` for a feature support (the last dim a token's ids, 2 to
-    :data:`MAX_SUPPORT` of them) plus its repeat check: the repeat row (int64 [min, max]) folded
-    with the call's flag (1 when a token repeats a clamped id, else 0), ``poison`` NaN then too;
-    ``repeat_scratch`` (int64 [max, min, 0] between calls) is left so."""
-    _check_arguments(ids, bound, record_row=record_row, scratch_row=scratch_row, repeat_row=repeat_row,
-                     repeat_scratch=repeat_scratch, poison=poison)  # fmt: skip
-    k = ids.shape[-1]
-    if not 2 <= k <= MAX_SUPPORT:
-        raise ValueError(f"a support's last dim must hold 2 to {MAX_SUPPORT} ids, got {k}")
-    sizes, strides, out = _padded(ids)
-    tokens = ids.numel() // k
-    kpad = triton.next_power_of_2(k)
-    per_program = BLOCK // kpad
-    programs = triton.cdiv(tokens, per_program)
-    lean(_check_support)[(programs,)](
-        ids, out, record_row, scratch_row, repeat_row, repeat_scratch, poison, tokens, k, sizes[1], sizes[2], *strides,
-        bound, programs, _I64_MAX, _I64_MIN, FIRST=first, TOKENS=per_program, KPAD=kpad, num_warps=4,
-    )  # fmt: skip
-    return out
-
-
-class _SupportCheck:
-    """:func:`check_support_into` with its width limit
-    (:class:`tilesparse.patterns.decision_errors.SupportCheck`)."""
+class _IdCheck:
+    """:func:`check_ids_into` with its support width limit
+    (:class:`tilesparse.patterns.decision_errors.IdCheck`)."""
 
     max_width = MAX_SUPPORT
 
-    def __call__(self, *args, **kwargs) -> Tensor:
-        return check_support_into(*args, **kwargs)
+    def __call__(self, fields: Sequence, poison: Tensor) -> list[Tensor]:
+        return check_ids_into(fields, poison)
 
 
-SUPPORT_CHECK = _SupportCheck()
+ID_CHECK = _IdCheck()
+
 
 def _padded(ids: Tensor) -> tuple[tuple[int, ...], tuple[int, ...], Tensor]:
     """``ids``' sizes and strides padded in front to 4 dims (size 1, stride 0), and the
@@ -194,12 +242,8 @@ _ROW_SIZES = {"record_row": (2, torch.int64), "scratch_row": (3, torch.int64), "
               "repeat_scratch": (3, torch.int64), "poison": (1, torch.float32)}  # fmt: skip
 
 
-def _check_arguments(ids: Tensor, bound: int, **rows: Tensor) -> None:
-    if not 0 < ids.dim() <= _MAX_DIMS or ids.numel() == 0:
-        raise ValueError(f"ids must be a non-empty tensor of 1 to {_MAX_DIMS} dims, got shape {tuple(ids.shape)}")
-    if bound < 1:
-        raise ValueError(f"bound must be >= 1, got {bound}")
-    for name, t in rows.items():
-        n, dtype = _ROW_SIZES[name]
-        if t.numel() != n or t.dtype != dtype or not t.is_contiguous() or t.device != ids.device:
-            raise ValueError(f"{name} must be {n} contiguous {dtype} on {ids.device}, got {tuple(t.shape)} {t.dtype}")
+def _check_row(name: str, t: Tensor | None, device: torch.device) -> None:
+    n, dtype = _ROW_SIZES[name]
+    if t is None or t.numel() != n or t.dtype != dtype or not t.is_contiguous() or t.device != device:
+        got = "None" if t is None else f"{tuple(t.shape)} {t.dtype} on {t.device}"
+        raise ValueError(f"{name} must be {n} contiguous {dtype} on {device}, got {got}")

@@ -400,8 +400,8 @@ def index_variants() -> list[tuple[str, dict]]:
     """The index-building kernels (index.py) as (kernel name, constexprs): every switch and
     category padding from 2 (drop only) to 128 (64 buckets and dropped rows); the ``lsh``
     hashing kernel (hashing.py) at D = 64, 128 and 256, 16-bit and fp32; and the given ids'
-    range check and a support's range and repeat check (idcheck.py: first field and later;
-    supports of 2 to 64 ids a token)."""
+    check (idcheck.py: ids' ranges and supports' repeats, one or two fields a launch; supports
+    of 2 to 64 ids a token)."""
     from . import index
     from .hashing import hash_constexprs
 
@@ -424,10 +424,12 @@ def index_variants() -> list[tuple[str, dict]]:
         )))  # fmt: skip
     from .idcheck import BLOCK, MAX_SUPPORT
 
-    out += [("_check_range", dict(FIRST=first, BLOCK=BLOCK)) for first in (True, False)]
-    kpads = [2**i for i in range(1, MAX_SUPPORT.bit_length())]
-    for first in (True, False):
-        out += [("_check_support", dict(FIRST=first, TOKENS=BLOCK // kpad, KPAD=kpad)) for kpad in kpads]
+    # one field or two of one kind (a pattern's two sides), ids (KPAD 1) or supports; a later
+    # launch of a call (FIRST false) for the narrowest and the widest
+    for kpad in [2**i for i in range(MAX_SUPPORT.bit_length())]:
+        for second in (0, kpad):
+            out += [("_check_ids", dict(FIRST=True, KPAD0=kpad, KPAD1=second, BLOCK=BLOCK))]
+    out += [("_check_ids", dict(FIRST=False, KPAD0=kpad, KPAD1=kpad, BLOCK=BLOCK)) for kpad in (1, MAX_SUPPORT)]
     return out
 
 
@@ -440,13 +442,13 @@ def compile_index_kernel(name: str, constexprs: dict):
     from . import hashing, idcheck, index
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
-    fn = getattr({"_lsh_hash": hashing, "_check_range": idcheck, "_check_support": idcheck}.get(name, index), name)
+    fn = getattr({"_lsh_hash": hashing, "_check_ids": idcheck}.get(name, index), name)
     # the hashing kernel: q and k in the dtype its PRECISION names (tf32: 16-bit), the rotation fp32;
     # the id check: int64 record, scratch and resets, a float32 poison
     data = "*bf16" if constexprs.get("PRECISION") == "tf32" else "*fp32"
     inputs = {"Q_KEEP": "*i1", "K_KEEP": "*i1", "Q_BKT": "*i64", "K_BKT": "*i64", "Q": data, "K": data, "ROT": "*fp32",
-              "RECORD": "*i64", "SCRATCH": "*i64", "RECORD_REP": "*i64", "SCRATCH_REP": "*i64", "POISON": "*fp32",
-              "lo_init": "i64", "hi_init": "i64"}  # fmt: skip
+              "POISON": "*fp32", "lo_init": "i64", "hi_init": "i64"}  # fmt: skip
+    inputs |= {f"{row}{i}": "*i64" for row in ("RECORD", "SCRATCH", "RECORD_REP", "SCRATCH_REP") for i in (0, 1)}
     sig = {n: "constexpr" if n in constexprs else inputs.get(n, "*i32" if n.isupper() else "i32") for n in fn.arg_names}
     src = ASTSource(fn, sig, constexprs, _divisible(fn, sig, strides=False))
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=3, **OPTIONS))

@@ -10,6 +10,10 @@ its kernel stops beating torch's matmul) draws its rotation with the criterion's
 the plan fuses the hashing into that builder's index build (``Assignment.fused_hash``), as part
 of the build (a :class:`DeferredHash` the index step hands it). Either way the same kernel
 hashes, so ``attn.decide`` and a fused call give the same buckets.
+
+A ``TopKFeatures`` part with the built-in ``topk_abs`` criterion selects its supports in one
+Triton launch on CUDA (:func:`tilesparse.backends.topk_selector`: the criterion exactly, keys
+read per kv head), and with the criterion's torch ops elsewhere.
 """
 
 from __future__ import annotations
@@ -18,13 +22,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .backends import HashingBuilder, IndexBuilder, lsh_hasher
+from .backends import HashingBuilder, IndexBuilder, lsh_hasher, topk_selector
 from .ir import AttentionInputs
 from .ir.hashing import LshHash
-from .patterns import Decisions, Hash, SpecBase
-from .patterns.criteria import lsh_rotation
+from .patterns import Decisions, Hash, SpecBase, TopKFeatures
+from .patterns.criteria import get_criterion, lsh_rotation, topk_abs
 
-__all__ = ["DeferredHash", "lsh_part", "make_decisions"]
+__all__ = ["DeferredHash", "lsh_part", "make_decisions", "topk_part"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,15 @@ def lsh_part(spec: SpecBase) -> Hash | None:
     return next((p for p in spec.decision_parts() if isinstance(p, Hash) and p.criterion == "lsh"), None)
 
 
+def topk_part(spec: SpecBase) -> TopKFeatures | None:
+    """The spec's ``TopKFeatures`` part that uses the built-in ``topk_abs`` criterion (not a
+    criterion registered over its name), if any."""
+    return next(
+        (p for p in spec.decision_parts() if isinstance(p, TopKFeatures) and get_criterion(p.criterion).fn is topk_abs),
+        None,
+    )
+
+
 def make_decisions(
     spec: SpecBase, inputs: AttentionInputs, generator, *, fused: IndexBuilder | None = None, check_ids: bool = True
 ) -> tuple[Decisions, DeferredHash | None]:
@@ -47,12 +60,21 @@ def make_decisions(
     lets hash the ``lsh`` buckets (then, when it is the hasher, they come back unfilled with
     the :class:`DeferredHash` for it); ``check_ids=False`` leaves a user criterion's ids to
     the caller."""
-    q, k = inputs.q, inputs.k_per_query_head()
-    part = lsh_part(spec)
+    q = inputs.q
+    part, topk = lsh_part(spec), topk_part(spec)
     hasher = lsh_hasher(inputs, part.buckets) if part is not None else None
-    out, deferred = Decisions(), None
+    selector = topk_selector(inputs) if topk is not None else None
+    out, deferred, k = Decisions(), None, None
     for p in spec.decision_parts():
+        if p is topk and selector is not None:
+            B, H, Tq, _ = q.shape
+            q_support = torch.empty((B, H, Tq, p.k), dtype=torch.int32, device=q.device)
+            k_support = torch.empty((B, H, inputs.k_len, p.k), dtype=torch.int32, device=q.device)
+            selector(q, inputs.k, p.k, q_support, k_support)  # keys per kv head: no copy per query head
+            out = out.merge(Decisions(q_support=q_support, k_support=k_support))
+            continue
         if p is not part or hasher is None:
+            k = inputs.k_per_query_head() if k is None else k  # a copy with grouped-query attention: made once
             out = out.merge(p.decide(q, k, generator=generator, check_ids=check_ids))
             continue
         B, H, T, D = q.shape

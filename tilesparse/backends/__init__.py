@@ -11,6 +11,8 @@ from .base import REGISTRY, Backend, register
 from .builder import BUILDERS, HashingBuilder, IndexBuilder, lsh_hasher, register_builder
 # given ids' range check and a support's range and repeat check: Triton's where it runs
 from .triton import id_check as id_check_for
+# the built-in topk_abs criterion in one launch: Triton's on CUDA
+from .triton import topk_selector
 
 __all__ = [
     "BUILDERS", "REGISTRY", "Backend", "HashingBuilder", "IndexBuilder", "cupy", "executor", "lsh_hasher",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 
 from ...ir import AttentionInputs, DotScore, HeadGroup, PreparedGroup
 from ...ir.prepare import head_index
@@ -21,7 +22,7 @@ from ..reference import feature_mask
 from .availability import device_reasons, triton_reasons
 from .builder import TritonBuilder
 
-__all__ = ["TritonBackend", "TritonBuilder", "id_check"]
+__all__ = ["TritonBackend", "TritonBuilder", "id_check", "topk_selector"]
 
 
 def id_check(device: torch.device):
@@ -33,6 +34,17 @@ def id_check(device: torch.device):
     from .idcheck import ID_CHECK
 
     return ID_CHECK
+
+
+def topk_selector(inputs: AttentionInputs):
+    """The one-launch ``topk_abs`` criterion (``topk.topk_abs_into``) where it should select a
+    call's feature supports (CUDA); None elsewhere, and for the fake tensors of a
+    ``torch.compile`` trace (the criterion's torch ops select)."""
+    if device_reasons(inputs.device) or is_fake(inputs.q):
+        return None
+    from .topk import topk_abs_into, topk_abs_reasons
+
+    return None if topk_abs_reasons(inputs.device.type, inputs.head_dim) else topk_abs_into
 
 
 class TritonBackend(Backend):

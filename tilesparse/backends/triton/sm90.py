@@ -399,7 +399,8 @@ def compile_gluon_fwd(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str,
 def index_variants() -> list[tuple[str, dict]]:
     """The index-building kernels (index.py) as (kernel name, constexprs): every switch and
     category padding from 2 (drop only) to 128 (64 buckets and dropped rows); the ``lsh``
-    hashing kernel (hashing.py) at D = 64, 128 and 256, 16-bit and fp32; and the given ids'
+    hashing kernel (hashing.py) and the ``topk_abs`` kernel (topk.py) at D = 64, 128 and 256,
+    16-bit and fp32; and the given ids'
     check (idcheck.py: ids' ranges and supports' repeats, one or two fields a launch; supports
     of 2 to 64 ids a token)."""
     from . import index
@@ -417,6 +418,10 @@ def index_variants() -> list[tuple[str, dict]]:
             out.append(("_scatter_sorted", dict(**scatter, FUSED_SCAN=True, CHUNKS_PAD=index._FUSED_SCAN // cat_pad)))
     for d, buckets, fp32 in ((64, 15, False), (128, 63, False), (256, 255, False), (128, 63, True)):
         out.append(("_lsh_hash", hash_constexprs(d, buckets, fp32)))
+    from .topk import topk_constexprs
+
+    for d, dtype in ((64, torch.bfloat16), (128, torch.bfloat16), (256, torch.bfloat16), (128, torch.float32)):
+        out.append(("_topk_abs", topk_constexprs(d, dtype)))
     for causal, strict, not_self, identity in ((True, False, False, False), (True, True, False, True), (False, False, True, False)):
         out.append(("_build_sides", dict(
             Q_SENTINEL=QUERY_SENTINEL, K_SENTINEL=KEY_SENTINEL, Q_DROPPED=-1, K_DROPPED=-2, BLOCK_Q=128, BLOCK_K=64,
@@ -439,13 +444,14 @@ def compile_index_kernel(name: str, constexprs: dict):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from . import hashing, idcheck, index
+    from . import hashing, idcheck, index, topk
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
-    fn = getattr({"_lsh_hash": hashing, "_check_ids": idcheck}.get(name, index), name)
+    fn = getattr({"_lsh_hash": hashing, "_check_ids": idcheck, "_topk_abs": topk}.get(name, index), name)
     # the hashing kernel: q and k in the dtype its PRECISION names (tf32: 16-bit), the rotation fp32;
     # the id check: int64 record, scratch and resets, a float32 poison
-    data = "*bf16" if constexprs.get("PRECISION") == "tf32" else "*fp32"
+    # the topk kernel: q and k in the dtype its WIDTH names
+    data = "*bf16" if constexprs.get("PRECISION") == "tf32" or constexprs.get("WIDTH") == 16 else "*fp32"
     inputs = {"Q_KEEP": "*i1", "K_KEEP": "*i1", "Q_BKT": "*i64", "K_BKT": "*i64", "Q": data, "K": data, "ROT": "*fp32",
               "POISON": "*fp32", "lo_init": "i64", "hi_init": "i64"}  # fmt: skip
     inputs |= {f"{row}{i}": "*i64" for row in ("RECORD", "SCRATCH", "RECORD_REP", "SCRATCH_REP") for i in (0, 1)}

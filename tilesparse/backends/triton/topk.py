@@ -1,0 +1,136 @@
+"""The built-in ``topk_abs`` criterion in one Triton launch: every head of q and k.
+
+The criterion (:func:`tilesparse.patterns.criteria.topk_abs`) keeps a token's ``k`` features of
+largest |x|, ties to the lowest feature id, and returns their ids in increasing order. As torch
+ops that is, per side, an absolute value, a stable descending sort over the head dim, a slice
+and a second sort of the ids (and, with grouped-query attention, a copy of k per query head):
+about fourteen launches a call, two of them multi-pass sorts. Here a program takes a block of
+tokens of one (batch, query head, side) and does it in registers:
+
+- each feature's key is its magnitude's bits (the sign bit cleared: for IEEE floats of one
+  dtype the integer order of those bits is the order of |x|; every NaN made the largest, as a
+  sort puts NaN above infinity and treats NaNs as equal) above its id, inverted, so that keys
+  order by magnitude and then by the lowest id; integer work only, so no subnormal is flushed;
+- the ``k``-th largest key is found by bisection over the key's bits (23 steps for 16-bit
+  inputs, 39 for fp32: each counts the keys that reach the midpoint), not by a sort: exactly
+  ``k`` keys reach it (keys are distinct);
+- a running count over the kept features places each id, in increasing order.
+
+Keys are read per kv head: the query heads of a kv group select from its keys. The result is
+the criterion's, exactly (tests/backends/triton/test_topk.py holds it to the torch ops).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from .launch import lean
+
+__all__ = ["MAX_HEAD_DIM", "topk_abs_into", "topk_abs_reasons", "topk_constexprs"]
+
+MAX_HEAD_DIM = 256
+_TILE = 2048  # keys a program sorts: BLOCK_T tokens of BLOCK_D features
+# a dtype's magnitude bits (the sign cleared) and its infinity's: above it, every NaN
+_BITS = {
+    torch.float32: (32, 0x7FFFFFFF, 0x7F800000),
+    torch.float16: (16, 0x7FFF, 0x7C00),
+    torch.bfloat16: (16, 0x7FFF, 0x7F80),
+}
+
+
+@triton.jit(do_not_specialize=["q_len", "k_len", "n_heads", "k_group", "k"])
+def _topk_abs(Q, K, Q_OUT, K_OUT,
+              stride_qb, stride_qh, stride_qt, stride_qd,
+              stride_kb, stride_kh, stride_kt, stride_kd,
+              q_len, k_len, n_heads, k_group, k,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
+              WIDTH: tl.constexpr, MAG_MASK: tl.constexpr, INF_BITS: tl.constexpr, KEY_BITS: tl.constexpr):
+    """The supports of BLOCK_T tokens of one (batch, query head) on one side (program_id 2:
+    0 for q, 1 for k) into the (B, H, T, k) int32 outputs."""
+    pid_t = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads
+    h = pid_bh % n_heads
+    if tl.program_id(2) == 0:
+        base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+        stride_t, stride_d, seqlen, out = stride_qt, stride_qd, q_len, Q_OUT
+    else:
+        base = K + b.to(tl.int64) * stride_kb + (h // k_group).to(tl.int64) * stride_kh
+        stride_t, stride_d, seqlen, out = stride_kt, stride_kd, k_len, K_OUT
+    if pid_t * BLOCK_T < seqlen:  # the grid covers the longer side
+        offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+        offs_d = tl.arange(0, BLOCK_D)
+        t_ok = offs_t < seqlen
+        d_ok = offs_d < HEAD_DIM
+        ptrs = base + offs_t[:, None].to(tl.int64) * stride_t + offs_d[None, :] * stride_d
+        x = tl.load(ptrs, mask=t_ok[:, None] & d_ok[None, :], other=0.0)
+        if WIDTH == 16:
+            bits = x.to(tl.int16, bitcast=True).to(tl.int32)
+        else:
+            bits = x.to(tl.int32, bitcast=True)
+        mag = bits & MAG_MASK  # |x|'s bits, non-negative
+        mag = tl.where(mag > INF_BITS, INF_BITS + 1, mag)  # every NaN alike, above infinity
+        key = (mag.to(tl.int64) << 8) | (255 - offs_d[None, :])
+        key = tl.where(d_ok[None, :], key, -1)  # padding below every feature
+        # the k-th largest key, by bisection: the largest t that k keys reach
+        lo = tl.zeros([BLOCK_T], dtype=tl.int64)  # every feature reaches 0
+        hi = tl.full([BLOCK_T], 1 << KEY_BITS, dtype=tl.int64)  # none reaches it
+        for _ in range(KEY_BITS):
+            mid = (lo + hi) >> 1
+            enough = tl.sum((key >= mid[:, None]).to(tl.int32), 1) >= k
+            lo = tl.where(enough, mid, lo)
+            hi = tl.where(enough, hi, mid)
+        kept = key >= lo[:, None]  # exactly k a token: keys are distinct
+        at = tl.cumsum(kept.to(tl.int32), 1) - 1
+        row = (pid_bh.to(tl.int64) * seqlen + offs_t) * k
+        tl.store(out + row[:, None] + at, offs_d[None, :] + tl.zeros_like(at), mask=kept & t_ok[:, None])
+
+
+def topk_abs_reasons(device_type: str, head_dim: int) -> list[str]:
+    """Why the kernel should not select a call's supports (empty when it should)."""
+    reasons = []
+    if device_type != "cuda":
+        reasons.append(f"on {device_type!r} the criterion's torch ops select (the kernel is for CUDA)")
+    if head_dim > MAX_HEAD_DIM:
+        reasons.append(f"head dim {head_dim} > {MAX_HEAD_DIM}")
+    return reasons
+
+
+def topk_constexprs(head_dim: int, dtype: torch.dtype) -> dict:
+    """The kernel's compile-time constants for a launch (and for sm90.index_variants)."""
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    width, mag_mask, inf_bits = _BITS[dtype]
+    # a key: |x|'s bits (NaN one above infinity) above 8 bits of id
+    key_bits = (inf_bits + 1).bit_length() + 8
+    return dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_T=max(1, _TILE // block_d), WIDTH=width,
+                MAG_MASK=mag_mask, INF_BITS=inf_bits, KEY_BITS=key_bits)  # fmt: skip
+
+
+def topk_abs_into(q: Tensor, k: Tensor, n_keep: int, q_support: Tensor, k_support: Tensor) -> None:
+    """The ``n_keep`` features of largest |x| of every token of q (B, H, Tq, D) and k (B, Hkv,
+    Tk, D) into the contiguous (B, H, Tq, n_keep) / (B, H, Tk, n_keep) int32 buffers, ids in
+    increasing order (one launch)."""
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    if q.dtype not in _BITS or k.dtype != q.dtype:
+        raise ValueError(f"q and k must share one of {sorted(map(str, _BITS))}, got {q.dtype} and {k.dtype}")
+    if k.dim() != 4 or k.shape[0] != B or k.shape[3] != D or H % k.shape[1]:
+        raise ValueError(f"k of shape {tuple(k.shape)} does not fit q of shape {tuple(q.shape)}")
+    if not 1 <= n_keep <= D or D > MAX_HEAD_DIM:
+        raise ValueError(f"n_keep must lie in [1, D={D}] and D in [1, {MAX_HEAD_DIM}], got n_keep={n_keep}")
+    for name, t, T in (("q_support", q_support, Tq), ("k_support", k_support, Tk)):
+        if t.shape != (B, H, T, n_keep) or t.dtype != torch.int32 or not t.is_contiguous() or t.device != q.device:
+            raise ValueError(
+                f"{name} must be a contiguous ({B}, {H}, {T}, {n_keep}) int32 tensor on {q.device}, "
+                f"got {tuple(t.shape)} {t.dtype} on {t.device}"
+            )
+    if max(Tq, Tk) == 0 or B * H == 0:
+        return
+    constants = topk_constexprs(D, q.dtype)
+    lean(_topk_abs)[(triton.cdiv(max(Tq, Tk), constants["BLOCK_T"]), B * H, 2)](
+        q, k, q_support, k_support, *q.stride(), *k.stride(), Tq, Tk, H, H // k.shape[1], n_keep,
+        **constants, num_warps=4,
+    )  # fmt: skip

@@ -177,15 +177,12 @@ def check_ids_into(fields: Sequence, poison: Tensor) -> list[Tensor]:
         _check_row("poison", poison, f.ids.device)
     prepared = [_field_args(f) for f in fields]
     for start in range(0, len(prepared), 2):
-        pair = prepared[start : start + 2]
-        programs = sum(f_args[-1] for _, _, f_args in pair)  # each field's arguments end with its programs
-        (_, kpad0, args), kpad1 = pair[0], 0
-        if len(pair) == 2:
-            kpad1, args = pair[1][1], args + pair[1][2]
-        else:  # no field 1: its arguments are field 0's, never read, and no programs
-            args = args + args[:-1] + [0]
-        lean(_check_ids)[(programs,)](
-            *args, poison, _I64_MAX, _I64_MIN, FIRST=start == 0, KPAD0=kpad0, KPAD1=kpad1, BLOCK=BLOCK, num_warps=4,
+        (_, kpad0, args0), *rest = prepared[start : start + 2]
+        # no field 1: its arguments are field 0's, never read, and no programs (KPAD1 0)
+        _, kpad1, args1 = rest[0] if rest else (None, 0, args0[:-1] + [0])
+        lean(_check_ids)[(args0[-1] + args1[-1],)](  # each field's arguments end with its programs
+            *args0, *args1, poison, _I64_MAX, _I64_MIN, FIRST=start == 0, KPAD0=kpad0, KPAD1=kpad1, BLOCK=BLOCK,
+            num_warps=4,
         )  # fmt: skip
     return [out for out, _, _ in prepared]
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# PREPARED, NOT YET RUN: written in a session without a device (2026-12-03); no result of it is committed yet
+# Ran 2026-12-03 (run 139). One GPU test failed: test_reduce_overhead_matches_eager[topk] (fixed, rerun in run 140)
 # #12: a call's given ids checked in one launch, two fields a launch (idcheck.check_ids_into), where
 # each field took its own; an op's own TopKFeatures supports selected by one launch on CUDA
 # (topk.topk_abs_into) instead of the criterion's torch ops. The GPU tests they touch (both kernels

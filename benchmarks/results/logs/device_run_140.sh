@@ -1,9 +1,13 @@
 #!/bin/bash
-# PREPARED, NOT YET RUN: written in a session without a device (2026-12-03); no result of it is committed yet
 # #12: decisions made in the call against decisions given, eagerly, on the current kernels and decide path
 # (the lsh hashing kernel, the topk_abs kernel, Bernoulli draws), forward and forward+backward, each row
 # timed back to back and synchronized (sync_ms), at T=16,384 and 32,768, D=64 and 128 (the goal: at most 10%)
+# First, the GPU test run 139 failed (torch.compile of a TopKFeatures op: the traced decide's
+# supports had the torch ops' strides, the kernel's real ones others), with topk_selector's fix.
 source benchmarks/results/logs/device_prelude.sh; mkdir -p $R
+timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 120 tests/gpu/test_graph_capture_gpu.py \
+  -k reduce_overhead > $R/tests_run140.log 2>&1
+echo "tests rc=$? t=$(( $(date +%s) - T0 ))"; tail -1 $R/tests_run140.log | cut -c1-250
 # the topk_abs kernel against the criterion's torch ops alone (GPU time, do_bench), B=1, H=32, Hkv=8, bf16
 python3 - <<'PY' | tee $R/topk_kernel_run140.txt
 import json, os, torch

@@ -123,3 +123,28 @@ def test_a_criterion_registered_over_topk_abs_is_not_bypassed(monkeypatch):
     other = criteria.Criterion("topk_abs", "support", lambda q, k, *, k_=1, generator=None: None)
     monkeypatch.setitem(criteria._REGISTRY, "topk_abs", other)
     assert topk_part(spec) is None
+
+
+def test_a_traced_call_decides_in_the_kernels_layout(monkeypatch):
+    """Under a ``torch.compile`` trace (fake tensors) the supports get the shapes and strides
+    the kernel's fill has in the real call, and nothing is launched: the compiled graph checks
+    the real outputs against them. q and k as a model's projections give them (tokens before
+    heads in memory), where the torch ops' supports keep that order."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    monkeypatch.setattr(topk, "topk_abs_reasons", lambda device_type, head_dim: [])
+    launches = []
+    real_run = topk._topk_abs.run
+    monkeypatch.setattr(topk._topk_abs, "run", lambda *a, **kw: launches.append(1) or real_run(*a, **kw))
+    attn = ts.compile(ts.TopKFeatures(k=3), backend="triton")
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn((1, 20, 4, 16), generator=g).transpose(1, 2)
+    k = torch.randn((1, 20, 2, 16), generator=g).transpose(1, 2)
+    real = attn.decide(q, k)
+    assert len(launches) == 1
+    with FakeTensorMode() as mode:
+        fake = attn.decide(mode.from_tensor(q), mode.from_tensor(k))
+    assert len(launches) == 1
+    for name in ("q_support", "k_support"):
+        got, want = getattr(fake, name), getattr(real, name)
+        assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype), name

@@ -38,13 +38,21 @@ def id_check(device: torch.device):
 
 def topk_selector(inputs: AttentionInputs):
     """The one-launch ``topk_abs`` criterion (``topk.topk_abs_into``) where it should select a
-    call's feature supports (CUDA); None elsewhere, and for the fake tensors of a
-    ``torch.compile`` trace (the criterion's torch ops select)."""
-    if device_reasons(inputs.device) or is_fake(inputs.q):
+    call's feature supports (CUDA); None elsewhere (the criterion's torch ops select). On the
+    fake tensors of a ``torch.compile`` trace it selects nothing (they have no memory) and
+    leaves the supports as the caller allocated them: the layout the kernel fills, which the
+    compiled graph then expects (the torch ops' sort may give other strides)."""
+    if device_reasons(inputs.device):
         return None
     from .topk import topk_abs_into, topk_abs_reasons
 
-    return None if topk_abs_reasons(inputs.device.type, inputs.head_dim) else topk_abs_into
+    if topk_abs_reasons(inputs.device.type, inputs.head_dim):
+        return None
+    return _layout_only if is_fake(inputs.q) else topk_abs_into
+
+
+def _layout_only(q: Tensor, k: Tensor, n: int, q_support: Tensor, k_support: Tensor) -> None:
+    """``topk_abs_into`` on fake tensors: the outputs' shapes and strides are already the kernel's."""
 
 
 class TritonBackend(Backend):

@@ -5,19 +5,22 @@ largest |x|, ties to the lowest feature id, and returns their ids in increasing 
 ops that is, per side, an absolute value, a stable descending sort over the head dim, a slice
 and a second sort of the ids (and, with grouped-query attention, a copy of k per query head):
 about fourteen launches a call, two of them multi-pass sorts. Here a program takes a block of
-tokens of one (batch, query head, side) and does it in registers:
+tokens of one head of q or k and does it in registers, in 32-bit integers:
 
-- each feature's key is its magnitude's bits (the sign bit cleared: for IEEE floats of one
-  dtype the integer order of those bits is the order of |x|; every NaN made the largest, as a
-  sort puts NaN above infinity and treats NaNs as equal) above its id, inverted, so that keys
-  order by magnitude and then by the lowest id; integer work only, so no subnormal is flushed;
-- the ``k``-th largest key is found by bisection over the key's bits (23 steps for 16-bit
-  inputs, 39 for fp32: each counts the keys that reach the midpoint), not by a sort: exactly
-  ``k`` keys reach it (keys are distinct);
-- a running count over the kept features places each id, in increasing order.
+- each feature's magnitude is its bits with the sign cleared (for IEEE floats of one dtype the
+  integer order of those bits is the order of |x|; every NaN made one above infinity, as a
+  sort puts NaN above infinity and treats NaNs as equal); integer work only, so no subnormal
+  is flushed;
+- the ``k``-th largest magnitude m is found by bisection over [0, inf + 2) (15 steps for
+  16-bit inputs, 31 for fp32: each counts the features that reach the midpoint), not by a
+  sort;
+- the features above m are kept, and of those equal to m the lowest ids, as many as fill k
+  (a running count of the ties); a running count over the kept features places each id, in
+  increasing order.
 
-Keys are read per kv head: the query heads of a kv group select from its keys. The result is
-the criterion's, exactly (tests/backends/triton/test_topk.py holds it to the torch ops).
+A kv head's keys are selected once and the support written to each query head of its group
+(the criterion selects on the copy of k per query head: the same supports). The result is the
+criterion's, exactly (tests/backends/triton/test_topk.py holds it to the torch ops).
 """
 
 from __future__ import annotations
@@ -32,7 +35,12 @@ from .launch import lean
 __all__ = ["MAX_HEAD_DIM", "topk_abs_into", "topk_abs_reasons", "topk_constexprs"]
 
 MAX_HEAD_DIM = 256
-_TILE = 2048  # keys a program sorts: BLOCK_T tokens of BLOCK_D features
+# features a program selects from: BLOCK_T tokens of BLOCK_D, at least 16 tokens; 4 warps. On
+# the GPU (topk_kernel_run141_h200.json, B=1 H=32 Hkv=8, 16k and 32k, k = 8 and 32) 16 tokens
+# were the fastest or within 4% of it at D=64 and 128, where 32 tokens at D=64 took up to 37%
+# more with k=32; 8 warps were slower everywhere
+_TILE = 1024
+_WARPS = 4
 # a dtype's magnitude bits (the sign cleared) and its infinity's: above it, every NaN
 _BITS = {
     torch.float32: (32, 0x7FFFFFFF, 0x7F800000),
@@ -41,25 +49,36 @@ _BITS = {
 }
 
 
-@triton.jit(do_not_specialize=["q_len", "k_len", "n_heads", "k_group", "k"])
+@triton.jit(do_not_specialize=["q_len", "k_len", "n_heads", "kv_heads", "k"])
 def _topk_abs(Q, K, Q_OUT, K_OUT,
               stride_qb, stride_qh, stride_qt, stride_qd,
               stride_kb, stride_kh, stride_kt, stride_kd,
-              q_len, k_len, n_heads, k_group, k,
+              q_len, k_len, n_heads, kv_heads, k,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
-              WIDTH: tl.constexpr, MAG_MASK: tl.constexpr, INF_BITS: tl.constexpr, KEY_BITS: tl.constexpr):
-    """The supports of BLOCK_T tokens of one (batch, query head) on one side (program_id 2:
-    0 for q, 1 for k) into the (B, H, T, k) int32 outputs."""
+              WIDTH: tl.constexpr, MAG_MASK: tl.constexpr, INF_BITS: tl.constexpr, STEPS: tl.constexpr):
+    """The supports of BLOCK_T tokens of one head into the (B, H, T, k) int32 outputs:
+    program_id 1 is a batch's n_heads query heads of q, then its kv_heads heads of k, each
+    of whose supports goes to the query heads of its group."""
     pid_t = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // n_heads
-    h = pid_bh % n_heads
-    if tl.program_id(2) == 0:
-        base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
-        stride_t, stride_d, seqlen, out = stride_qt, stride_qd, q_len, Q_OUT
+    b = tl.program_id(1) // (n_heads + kv_heads)
+    h = tl.program_id(1) % (n_heads + kv_heads)
+    if h < n_heads:
+        _select_into(Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh, stride_qt, stride_qd, q_len,
+                     Q_OUT, b * n_heads + h, 1, pid_t, k,
+                     HEAD_DIM, BLOCK_D, BLOCK_T, WIDTH, MAG_MASK, INF_BITS, STEPS)  # fmt: skip
     else:
-        base = K + b.to(tl.int64) * stride_kb + (h // k_group).to(tl.int64) * stride_kh
-        stride_t, stride_d, seqlen, out = stride_kt, stride_kd, k_len, K_OUT
+        group = n_heads // kv_heads
+        hk = h - n_heads
+        _select_into(K + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh, stride_kt, stride_kd, k_len,
+                     K_OUT, b * n_heads + hk * group, group, pid_t, k,
+                     HEAD_DIM, BLOCK_D, BLOCK_T, WIDTH, MAG_MASK, INF_BITS, STEPS)  # fmt: skip
+
+
+@triton.jit
+def _select_into(base, stride_t, stride_d, seqlen, out, head, copies, pid_t, k,
+                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr,
+                 WIDTH: tl.constexpr, MAG_MASK: tl.constexpr, INF_BITS: tl.constexpr, STEPS: tl.constexpr):
+    """One head's block of tokens (at ``base``) selected into output heads head..head+copies-1."""
     if pid_t * BLOCK_T < seqlen:  # the grid covers the longer side
         offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
         offs_d = tl.arange(0, BLOCK_D)
@@ -73,20 +92,24 @@ def _topk_abs(Q, K, Q_OUT, K_OUT,
             bits = x.to(tl.int32, bitcast=True)
         mag = bits & MAG_MASK  # |x|'s bits, non-negative
         mag = tl.where(mag > INF_BITS, INF_BITS + 1, mag)  # every NaN alike, above infinity
-        key = (mag.to(tl.int64) << 8) | (255 - offs_d[None, :])
-        key = tl.where(d_ok[None, :], key, -1)  # padding below every feature
-        # the k-th largest key, by bisection: the largest t that k keys reach
-        lo = tl.zeros([BLOCK_T], dtype=tl.int64)  # every feature reaches 0
-        hi = tl.full([BLOCK_T], 1 << KEY_BITS, dtype=tl.int64)  # none reaches it
-        for _ in range(KEY_BITS):
-            mid = (lo + hi) >> 1
-            enough = tl.sum((key >= mid[:, None]).to(tl.int32), 1) >= k
+        mag = tl.where(d_ok[None, :], mag, -1)  # padding below every feature
+        # the k-th largest magnitude, by bisection: the largest m that k features reach
+        lo = tl.zeros([BLOCK_T], dtype=tl.int32)  # every feature reaches 0
+        hi = tl.full([BLOCK_T], INF_BITS + 2, dtype=tl.int32)  # none reaches it
+        for _ in range(STEPS):
+            mid = lo + ((hi - lo) >> 1)  # no overflow near fp32's NaN
+            enough = tl.sum((mag >= mid[:, None]).to(tl.int32), 1) >= k
             lo = tl.where(enough, mid, lo)
             hi = tl.where(enough, hi, mid)
-        kept = key >= lo[:, None]  # exactly k a token: keys are distinct
+        above = mag > lo[:, None]  # fewer than k
+        tie = mag == lo[:, None]  # enough to fill the rest: the lowest ids do
+        room = k - tl.sum(above.to(tl.int32), 1)
+        kept = above | (tie & (tl.cumsum(tie.to(tl.int32), 1) <= room[:, None]))
         at = tl.cumsum(kept.to(tl.int32), 1) - 1
-        row = (pid_bh.to(tl.int64) * seqlen + offs_t) * k
-        tl.store(out + row[:, None] + at, offs_d[None, :] + tl.zeros_like(at), mask=kept & t_ok[:, None])
+        ids = offs_d[None, :] + tl.zeros_like(at)
+        for g in range(copies):
+            row = ((head + g).to(tl.int64) * seqlen + offs_t) * k
+            tl.store(out + row[:, None] + at, ids, mask=kept & t_ok[:, None])
 
 
 def topk_abs_reasons(device_type: str, head_dim: int) -> list[str]:
@@ -103,10 +126,10 @@ def topk_constexprs(head_dim: int, dtype: torch.dtype) -> dict:
     """The kernel's compile-time constants for a launch (and for sm90.index_variants)."""
     block_d = max(16, triton.next_power_of_2(head_dim))
     width, mag_mask, inf_bits = _BITS[dtype]
-    # a key: |x|'s bits (NaN one above infinity) above 8 bits of id
-    key_bits = (inf_bits + 1).bit_length() + 8
-    return dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_T=max(1, _TILE // block_d), WIDTH=width,
-                MAG_MASK=mag_mask, INF_BITS=inf_bits, KEY_BITS=key_bits)  # fmt: skip
+    # bisection steps from [0, inf_bits + 2) down to one magnitude (NaN one above infinity)
+    steps = (inf_bits + 1).bit_length()
+    return dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_T=max(16, _TILE // block_d), WIDTH=width,
+                MAG_MASK=mag_mask, INF_BITS=inf_bits, STEPS=steps)  # fmt: skip
 
 
 def topk_abs_into(q: Tensor, k: Tensor, n_keep: int, q_support: Tensor, k_support: Tensor) -> None:
@@ -130,7 +153,7 @@ def topk_abs_into(q: Tensor, k: Tensor, n_keep: int, q_support: Tensor, k_suppor
     if max(Tq, Tk) == 0 or B * H == 0:
         return
     constants = topk_constexprs(D, q.dtype)
-    lean(_topk_abs)[(triton.cdiv(max(Tq, Tk), constants["BLOCK_T"]), B * H, 2)](
-        q, k, q_support, k_support, *q.stride(), *k.stride(), Tq, Tk, H, H // k.shape[1], n_keep,
-        **constants, num_warps=4,
+    lean(_topk_abs)[(triton.cdiv(max(Tq, Tk), constants["BLOCK_T"]), B * (H + k.shape[1]))](
+        q, k, q_support, k_support, *q.stride(), *k.stride(), Tq, Tk, H, k.shape[1], n_keep,
+        **constants, num_warps=_WARPS,
     )  # fmt: skip

@@ -39,9 +39,9 @@ def pytest_configure(config):
 
 
 # the CPU suite's longest files, longest first (seconds on a 2-core machine, each beside the other
-# worker's load: the sm_90 compile of every kernel variant ~660, the random-pattern property test
-# ~240, the rest 60-150); xdist's own order (most tests first) started the one-test property file
-# last, and one worker ran it alone for four minutes
+# worker's load: the sm_90 compile of every kernel variant ~460-660, the random-pattern property
+# test ~160 (20 examples), the rest 60-150); xdist's own order (most tests first) started the
+# one-test property file last, and one worker ran it alone for four minutes
 SLOW_FILES = (
     "tests/backends/triton/test_compile_sm90.py",
     "tests/backends/triton/test_triton_random_patterns.py",

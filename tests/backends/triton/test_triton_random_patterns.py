@@ -15,10 +15,11 @@ import tilesparse as ts
 from tilesparse.testing import assert_equivalent, attention_inputs, decisions, specs
 
 
-# the same 30 examples on every run (derandomize): the interpreter's time per example varies
-# 20-fold with the draw, and CI's time should not; the GPU property run draws afresh
-# (benchmarks/property_run.py, tests/gpu)
-@settings(max_examples=30, derandomize=True, database=None)
+# the same 20 examples on every run (derandomize): the interpreter's time per example varies
+# 20-fold with the draw, and CI's time should not (30 took 220-290 s of one of CI's two
+# workers, the suite's longest test after the sm_90 compiles); the GPU property run draws
+# afresh (benchmarks/property_run.py, tests/gpu)
+@settings(max_examples=20, derandomize=True, database=None)
 @given(data=st.data())
 def test_triton_matches_reference_on_random_patterns(data):
     q, k, v = data.draw(attention_inputs(seqlen=st.integers(1, 160), head_dim=st.sampled_from((8, 16, 40, 64))))

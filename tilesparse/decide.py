@@ -12,8 +12,8 @@ of the build (a :class:`DeferredHash` the index step hands it). Either way the s
 hashes, so ``attn.decide`` and a fused call give the same buckets.
 
 A ``TopKFeatures`` part with the built-in ``topk_abs`` criterion selects its supports in one
-Triton launch on CUDA (:func:`tilesparse.backends.topk_selector`: the criterion exactly, keys
-read per kv head), and with the criterion's torch ops elsewhere.
+Triton launch on CUDA (:func:`tilesparse.backends.topk_selector`: the criterion exactly, each
+kv head's keys selected once for its group), and with the criterion's torch ops elsewhere.
 """
 
 from __future__ import annotations

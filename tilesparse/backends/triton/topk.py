@@ -124,7 +124,9 @@ def topk_abs_reasons(device_type: str, head_dim: int) -> list[str]:
 
 def topk_constexprs(head_dim: int, dtype: torch.dtype) -> dict:
     """The kernel's compile-time constants for a launch (and for sm90.index_variants)."""
-    block_d = max(16, triton.next_power_of_2(head_dim))
+    from .op import _block_d
+
+    block_d = _block_d(head_dim)
     width, mag_mask, inf_bits = _BITS[dtype]
     # bisection steps from [0, inf_bits + 2) down to one magnitude (NaN one above infinity)
     steps = (inf_bits + 1).bit_length()

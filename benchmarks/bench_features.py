@@ -38,7 +38,7 @@ import tilesparse as ts  # noqa: E402
 from tilesparse import ir  # noqa: E402
 from tilesparse.backends.cupy import CupyBackend  # noqa: E402
 from tilesparse.backends.cupy.layout import compressed_key_bytes  # noqa: E402
-from tilesparse.patterns.criteria import lsh_matmul  # noqa: E402
+from tilesparse.patterns.criteria import lsh_draw, lsh_matmul  # noqa: E402
 
 DEV = torch.device("cuda")
 B, H = 1, 4
@@ -148,7 +148,7 @@ def index_rows(budget_end: float, quick: bool) -> list[dict]:
             dec0 = ts.compile(spec).decide(q, k, generator=torch.Generator(DEV).manual_seed(0))
             keep = {"q_keep": dec0.q_keep, "k_keep": dec0.k_keep} if dec0.q_keep is not None else {}
 
-            rot = cindex.lsh_rotations(Hi, D, buckets, q.dtype, DEV, generator=torch.Generator(DEV).manual_seed(0))
+            rot = lsh_draw(Hi, D, buckets, DEV, generator=torch.Generator(DEV).manual_seed(0))
 
             def torch_lsh():  # the criterion's torch ops (a batched matmul, argmaxes)
                 qb, kb = lsh_matmul(q, k, rot.to(q.dtype), buckets)

@@ -41,7 +41,7 @@ from bench_models import probe_args  # noqa: E402
 
 from tilesparse.backends.triton.gluon_dkdv import WsConfig  # noqa: E402
 from tilesparse.backends.triton.gluon_dq import DqConfig  # noqa: E402
-from tilesparse.backends.triton.nonfinite import new_flag  # noqa: E402
+from tilesparse.backends.triton.nonfinite import new_flags  # noqa: E402
 from tilesparse.backends.triton.op import LOG2E  # noqa: E402
 from tilesparse.backends.triton.sm90 import DROP_CAUSAL, compile_gluon_dkdv, report  # noqa: E402
 
@@ -63,7 +63,7 @@ def _dkdv_args(q, k, v, do, dk, dv, lse, delta, g, scale: float) -> tuple:
     H, T, Tk = q.shape[1], q.shape[2], k.shape[2]
     return (
         q, k, v, do, dk, dv, lse, delta, g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.k_ranges,
-        g.k_nseg, g.head_map, new_flag(q.device), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+        g.k_nseg, g.head_map, new_flags(q.device)[0], *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
         *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], len(g.heads), T, Tk, g.k_ranges.shape[2],
         scale * LOG2E, scale, H // k.shape[1], H // v.shape[1],
     )  # fmt: skip
@@ -74,7 +74,7 @@ def _dq_args(q, k, v, o, do, dq, lse, delta, g, scale: float) -> tuple:
     H, T, Tk = q.shape[1], q.shape[2], k.shape[2]
     return (
         q, k, v, o, do, dq, lse, delta, g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges,
-        g.q_nseg, g.head_map, new_flag(q.device), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+        g.q_nseg, g.head_map, new_flags(q.device)[0], *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
         *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3], len(g.heads), T, Tk, g.q_ranges.shape[2],
         scale * LOG2E, scale, H // k.shape[1], H // v.shape[1],
     )  # fmt: skip

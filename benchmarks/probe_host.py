@@ -31,6 +31,10 @@ The op is compiled with ``backend="triton"`` (Triton's own index builder); ``--b
 lets the planner pick each group's index builder (CuPy's where its line prices lower), and every
 row names its plan's ``backends`` and ``index_builders``.
 
+Backward passes run on autograd's device thread, torch's default for CUDA tensors (the calling
+thread hands each backward over and waits); ``--no-autograd-threads`` runs them on the calling
+thread (``torch.autograd.set_multithreading_enabled(False)``), SDPA's included.
+
 SDPA's forward and forward+backward are measured for scale (eager and graphed). Shapes: B=1, H=16, D=64, T=4096
 and B=1, H=32, Hkv=8, D=128, T=4096 (bf16, causal); ``--shapes`` takes others as BxHxHkvxDxT.
 
@@ -327,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time the calls of an op compiled with cuda_graphs=True (GPU only)")
     ap.add_argument("--stub-kernels", action=argparse.BooleanOptionalAction, default=None,
                     help="launch no kernel, count launches (TRITON_INTERPRET=1 only; default on with --device cpu)")
+    ap.add_argument("--autograd-threads", action=argparse.BooleanOptionalAction, default=True,
+                    help="run backward passes on autograd's device thread (torch's default); --no-autograd-threads: "
+                         "on the calling thread (torch.autograd.set_multithreading_enabled(False))")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -344,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [_shape(s) for s in args.shapes.split(",")]
     counter = LaunchCounter(stub)
     results = []
-    with counter.installed():
+    with counter.installed(), torch.autograd.set_multithreading_enabled(args.autograd_threads):
         for shape in shapes:
             label = "x".join(map(str, shape))
             for name in names:
@@ -363,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         "backend": args.backend,
         "calls": args.calls,
         "stat": args.stat,
+        "autograd_threads": args.autograd_threads,
         "dtype": "bfloat16",
         "causal": True,
         "shape": "B x H x Hkv x D x T",

@@ -1,15 +1,19 @@
-"""Kernel launches per call, held to what they are now: a call's host time is mostly its
-launches (a few to tens of microseconds each on the GPU), so a change that adds one to a
-built-in pattern's call fails here, in CI, before any benchmark sees it.
+"""Device work per call, held to what it is now: a call's host time is mostly its launches (a
+few to tens of microseconds each on the GPU), so a change that adds one to a built-in pattern's
+call fails here, in CI, before any benchmark sees it.
 
-Counted under the interpreter (every Triton launch of the call, forward and backward), with the
-device path of the decision checks (``validate=True`` on a GPU: the ids checked by a kernel).
+Counted under the interpreter, forward and backward, with the device path of the decision checks
+(``validate=True`` on a GPU: the ids checked by a kernel): every Triton launch, and every torch op
+the call dispatches outside them that is neither a view nor an allocation (a fill, a copy, a
+sum, a cast: each a kernel of its own on the GPU). The backward is taken with
+``torch.autograd.grad`` and a given output gradient, so no op of the test's own is counted.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime.interpreter import InterpretedFunction
 
 import tilesparse as ts
@@ -19,32 +23,58 @@ from builtin_specs import given_decisions, one_of_each_kind
 
 SPECS = one_of_each_kind(keep=0.7, buckets=4, k=4)
 
-# launches a call of each pattern takes at most: the index build (sort, scatter and the block
-# pass; one pass where no token is reordered), the attention forward (a launch pair per head
-# group: the kernel and its sanitizing variant), its backward (dQ and dK/dV, a pair each) and,
-# for given ids, their check (one launch for both sides)
+# device work a call of each pattern takes at most (q with two heads, k and v with one: GQA).
+# Triton: the index build (sort, scatter and the block pass; one pass where no token is
+# reordered), the attention forward (a launch pair per head group: the kernel and its
+# sanitizing variant), its backward (dQ and dK/dV, a pair each, and the sum of the per-query-head
+# dK and dV into the kv heads) and, for given ids, their check (one launch for both sides).
+# torch: the two passes' zeroed flags (one fill a call); for given ids, their check's poison
+# (a copy, and a multiply of the output and of dQ); TopKFeatures' feature masks and products
+# (kept_product.py); PerHead's head selections and the gradients' sums over its groups
 MOST = {  # pattern: (forward trusted, forward given, forward+backward given)
-    "dense": (3, 3, 7),
-    "qkdrop": (5, 5, 9),
-    "hash": (5, 6, 10),
-    "topk": (3, 4, 8),
-    "hybrid": (5, 6, 10),
-    "perhead": (8, 9, 17),
+    "dense": (4, 4, 9),
+    "qkdrop": (6, 6, 11),
+    "hash": (6, 9, 15),
+    "topk": (17, 20, 29),
+    "hybrid": (6, 9, 15),
+    "perhead": (12, 15, 34),
 }
+_ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 
 
 @pytest.fixture
 def launches(monkeypatch):
-    """The names of the Triton kernels launched (and run) while the test runs."""
+    """The device work done while the test runs: the names of the Triton kernels launched, and
+    the torch ops dispatched outside them (:class:`_DeviceOps`)."""
     names: list[str] = []
+    inside = [0]  # the interpreter's own torch ops, inside a launch, are not the call's
     real = InterpretedFunction.run
 
     def counted(self, *args, **kwargs):
         names.append(self.fn.__name__)
-        return real(self, *args, **kwargs)
+        inside[0] += 1
+        try:
+            return real(self, *args, **kwargs)
+        finally:
+            inside[0] -= 1
 
     monkeypatch.setattr(InterpretedFunction, "run", counted)
-    return names
+    with _DeviceOps(names, inside):
+        yield names
+
+
+class _DeviceOps(TorchDispatchMode):
+    """Appends each dispatched torch op that launches work on a device (not a view, not an
+    allocation) to ``names``, outside Triton launches."""
+
+    def __init__(self, names: list[str], inside: list[int]):
+        super().__init__()
+        self.names, self.inside = names, inside
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.inside[0] and not func.is_view and func.overloadpacket.__name__ not in _ALLOCATIONS:
+            self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
@@ -56,13 +86,30 @@ def test_a_call_launches_no_more_kernels_than_it_does_now(name, launches, monkey
     k, v = (torch.randn((1, 1, 24, 16), generator=g, requires_grad=True) for _ in range(2))
     trusted = attn.decide(q, k)
     given = given_decisions(attn, q, k)
-    attn(q, k, v, decisions=given).sum().backward()  # warm: plans made, kernels compiled
+    grad_out = torch.randn((1, 2, 24, 16), generator=g)
+    torch.autograd.grad(attn(q, k, v, decisions=given), (q, k, v), grad_out)  # warm: plans made, kernels compiled
     counts = []
     for decisions, backward in ((trusted, False), (given, False), (given, True)):
         launches.clear()
         out = attn(q, k, v, decisions=decisions)
         if backward:
-            out.sum().backward()
+            torch.autograd.grad(out, (q, k, v), grad_out)
         counts.append(len(launches))
     torch.testing.assert_close(out, attn.reference(q, k, v, decisions=given))  # the counted call is exact
     assert all(n <= most for n, most in zip(counts, MOST[name], strict=True)), (name, counts, MOST[name], launches)
+
+
+def test_the_bernoulli_criterion_decides_without_a_copy_of_k(launches):
+    """With grouped-query attention a QKDrop op's decisions read k's length alone: one draw and
+    two comparisons, no copy of k per query head; the draws are those of the spec's own
+    ``decide`` on k per query head."""
+    spec = ts.QKDrop(keep=0.7)
+    attn = ts.compile(spec, causal=True, backend="triton")
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn((1, 4, 24, 16), generator=g)
+    k = torch.randn((1, 1, 30, 16), generator=g)
+    launches.clear()
+    made = attn.decide(q, k, generator=torch.Generator().manual_seed(3))
+    assert sorted(launches) == ["aten.lt.Scalar", "aten.lt.Scalar", "aten.rand.generator"], launches
+    want = spec.decide(q, k.repeat_interleave(4, dim=1), generator=torch.Generator().manual_seed(3))
+    assert torch.equal(made.q_keep, want.q_keep) and torch.equal(made.k_keep, want.k_keep)

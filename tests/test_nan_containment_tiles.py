@@ -108,8 +108,8 @@ def test_the_flag_stays_clear_on_finite_inputs_and_is_set_by_a_leak(monkeypatch)
     and set the forward flag, and the sanitizing variant's output is contained."""
     from tilesparse.backends.triton import op
 
-    made: list[torch.Tensor] = []
-    monkeypatch.setattr(op, "new_flag", lambda device: made.append(torch.zeros(1, dtype=torch.int32)) or made[-1])
+    made: list[torch.Tensor] = []  # each call's forward flag, then its backward flag
+    monkeypatch.setattr(op, "new_flags", lambda device: made.extend(torch.zeros(2, dtype=torch.int32).unbind()) or made[-2:])
     spec, dec, mask = _case("causal")
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn((1, 2, T, 32), generator=g) for _ in range(3))
@@ -120,7 +120,7 @@ def test_the_flag_stays_clear_on_finite_inputs_and_is_set_by_a_leak(monkeypatch)
     bad = v.clone()
     bad[0, 1, J] = float("inf")
     out = attn(q, k, bad, decisions=dec)
-    assert [int(f) for f in made] == [1]
+    assert [int(f) for f in made] == [1, 0]  # no backward ran
     want = ts.compile(spec, causal=True, backend="reference")(q, k, v, decisions=dec)
     torch.testing.assert_close(out[0, 1, :J], want[0, 1, :J], atol=1e-4, rtol=1e-4)
     assert not out[0, 1, J:].isfinite().any()

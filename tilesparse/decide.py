@@ -6,7 +6,8 @@ generator exactly as ``spec.decide`` does. A ``Hash`` part with the built-in ``l
 criterion whose buckets an index builder hashes (:func:`tilesparse.backends.lsh_hasher`: on
 CUDA the Triton builder's hashing kernel; without Triton the CuPy builder, up to the size where
 its kernel stops beating torch's matmul) draws its rotation with the criterion's own
-:func:`~tilesparse.patterns.criteria.lsh_rotation`, and the builder hashes: at once, or, when
+:func:`~tilesparse.patterns.criteria.lsh_draw`, and the builder rounds it to the inputs' dtype,
+as the criterion does, and hashes: at once, or, when
 the plan fuses the hashing into that builder's index build (``Assignment.fused_hash``), as part
 of the build (a :class:`DeferredHash` the index step hands it). Either way the same kernel
 hashes, so ``attn.decide`` and a fused call give the same buckets.
@@ -14,6 +15,9 @@ hashes, so ``attn.decide`` and a fused call give the same buckets.
 A ``TopKFeatures`` part with the built-in ``topk_abs`` criterion selects its supports in one
 Triton launch on CUDA (:func:`tilesparse.backends.topk_selector`: the criterion exactly, each
 kv head's keys selected once for its group), and with the criterion's torch ops elsewhere.
+
+Other criteria get k per query head (a copy with grouped-query attention, made once a call),
+except the built-in ``bernoulli``, which reads only k's length and gets k as it is.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from .backends import HashingBuilder, IndexBuilder, lsh_hasher, topk_selector
 from .ir import AttentionInputs
 from .ir.hashing import LshHash
 from .patterns import Decisions, Hash, SpecBase, TopKFeatures
-from .patterns.criteria import get_criterion, lsh_rotation, topk_abs
+from .patterns.criteria import bernoulli, get_criterion, lsh_draw, topk_abs
 
 __all__ = ["DeferredHash", "lsh_part", "make_decisions", "topk_part"]
 
@@ -74,11 +78,14 @@ def make_decisions(
             out = out.merge(Decisions(q_support=q_support, k_support=k_support))
             continue
         if p is not part or hasher is None:
+            if get_criterion(p.criterion).fn is bernoulli:  # reads k's length alone: no copy per query head
+                out = out.merge(p.decide(q, inputs.k, generator=generator, check_ids=check_ids))
+                continue
             k = inputs.k_per_query_head() if k is None else k  # a copy with grouped-query attention: made once
             out = out.merge(p.decide(q, k, generator=generator, check_ids=check_ids))
             continue
         B, H, T, D = q.shape
-        rotations = lsh_rotation(H, D, p.buckets, q.dtype, q.device, generator).float()
+        rotations = lsh_draw(H, D, p.buckets, q.device, generator)  # the hasher rounds it to q's dtype
         q_bucket, k_bucket = (torch.empty((B, H, T), dtype=torch.int32, device=q.device) for _ in range(2))
         lsh = LshHash(rotations, p.buckets, q_bucket, k_bucket)
         if hasher is fused:

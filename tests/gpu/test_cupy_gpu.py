@@ -33,6 +33,7 @@ from tilesparse.backends.cupy import index as cindex
 from tilesparse.backends.cupy.layout import BN, compressed_key_bytes
 from tilesparse.backends.cupy.op import CudaKernels, feature_attention
 from tilesparse.patterns import get_criterion
+from tilesparse.patterns.criteria import lsh_draw
 from tilesparse.testing import assert_equivalent
 
 DEVICE = torch.device("cuda")
@@ -252,7 +253,7 @@ def test_lsh_in_the_kernel_agrees_with_the_criterion():
                 g = torch.Generator(DEVICE).manual_seed(buckets)
                 q, k = (torch.randn((2, 4, 4096, 128), generator=g, device=DEVICE, dtype=dtype) for _ in range(2))
                 want_q, want_k = get_criterion("lsh")(q, k, buckets=buckets, generator=torch.Generator(DEVICE).manual_seed(5))
-                rot = cindex.lsh_rotations(4, 128, buckets, dtype, DEVICE, generator=torch.Generator(DEVICE).manual_seed(5))
+                rot = lsh_draw(4, 128, buckets, DEVICE, generator=torch.Generator(DEVICE).manual_seed(5))
                 got_q, got_k = cindex.lsh_buckets(q, k, rot, (0, 1, 2, 3), buckets)
                 frac = float(((got_q != want_q).float().mean() + (got_k != want_k).float().mean()) / 2)
                 limit = 1e-3 if dtype == torch.float32 else 2e-2
@@ -279,7 +280,7 @@ def test_hashing_in_the_first_launch_then_sorting_equals_prepare():
                     program = ir.lower(spec, causal=causal, block_q=64, block_k=64)
                     group = program.groups[0]
                     heads = (0, 1, 2, 3)
-                    rot = cindex.lsh_rotations(4, 128, group.buckets, q.dtype, DEVICE, generator=g)
+                    rot = lsh_draw(4, 128, group.buckets, DEVICE, generator=g)
                     kw = dict(batch=2, seqlen=T, device=DEVICE)
                     inputs = ir.check_inputs(q, k, k)
                     got = cindex.build_group(program, group, heads, ts.Decisions(**keep), inputs, rotations=rot)

@@ -90,11 +90,13 @@ def test_cupy_contains_a_non_finite_key(spec, tensor, value):
 
 
 def _recording_flags(monkeypatch) -> list[torch.Tensor]:
-    """Every pass's non-finite flag (nonfinite.py), in the order the passes make them."""
+    """Every call's two non-finite flags (nonfinite.py): the forward's, then the backward's."""
     from tilesparse.backends.triton import op
 
     made: list[torch.Tensor] = []
-    monkeypatch.setattr(op, "new_flag", lambda device: made.append(torch.zeros(1, dtype=torch.int32, device=device)) or made[-1])
+    monkeypatch.setattr(
+        op, "new_flags", lambda device: made.extend(torch.zeros(2, dtype=torch.int32, device=device).unbind()) or made[-2:]
+    )
     return made
 
 
@@ -121,4 +123,4 @@ def test_finite_inputs_take_the_unchanged_kernels(dtype, D, monkeypatch):
     x = v.clone()
     x[0, 1, J] = float("inf")
     ts.compile(ts.Dense(), causal=True, backend="triton")(q, k, x)
-    assert [int(f) for f in flags] == [1]
+    assert [int(f) for f in flags] == [1, 0]  # the forward's set; no backward ran

@@ -179,6 +179,26 @@ def test_lsh_kernel_takes_the_argmax_at_scale(buckets):
         assert (got == want).float().mean().item() > 0.99
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_lsh_kernel_rounds_the_draw_to_the_inputs_dtype(dtype):
+    """Given the criterion's draw before its rounding (what an op's decide step passes), the
+    Triton hashing kernel gives the buckets the rotation rounded to the inputs' dtype gives."""
+    from tilesparse.backends.triton.hashing import hash_into
+    from tilesparse.patterns.criteria import lsh_draw, lsh_rotation
+
+    B, H, Hkv, D, T, buckets = 1, 32, 8, 128, 4096, 64
+    g = torch.Generator(DEVICE).manual_seed(7)
+    q = torch.randn(B, H, T, D, device=DEVICE, dtype=dtype, generator=g)
+    k = torch.randn(B, Hkv, T, D, device=DEVICE, dtype=dtype, generator=g)
+    draw = lsh_draw(H, D, buckets, DEVICE, torch.Generator(DEVICE).manual_seed(3))
+    rounded = lsh_rotation(H, D, buckets, dtype, DEVICE, torch.Generator(DEVICE).manual_seed(3)).float()
+    assert dtype == torch.float32 or not torch.equal(draw, rounded)
+    got, want = ([torch.empty((B, H, T), dtype=torch.int32, device=DEVICE) for _ in range(2)] for _ in range(2))
+    hash_into(q, k, draw, buckets, *got)
+    hash_into(q, k, rounded, buckets, *want)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
 def test_a_call_hashing_in_the_triton_builder_matches_the_chunked_reference(monkeypatch):
     """With CuPy's hashing refused (as on a machine without CuPy), a call that makes
     its own Hash decisions hashes in the Triton builder and equals the reference under the

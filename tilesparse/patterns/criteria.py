@@ -20,10 +20,10 @@ Built-ins: ``bernoulli`` (keep), ``lsh`` (bucket, Reformer's random rotations) a
 contract.
 
 Criteria are pure functions of (q, k) and the generator: this module knows no kernels.
-``lsh`` is its two parts, :func:`lsh_rotation` (the draw) and :func:`lsh_matmul` (the hashing):
-where a compiled op's plan gives the hashing to an index builder's kernel (alone, or inside
-its first launch), the op draws the rotation with :func:`lsh_rotation` and the builder hashes
-(``tilesparse.decide``).
+``lsh`` is its two parts, :func:`lsh_rotation` (the draw, :func:`lsh_draw`, rounded to the
+inputs' dtype) and :func:`lsh_matmul` (the hashing): where a compiled op's plan gives the
+hashing to an index builder's kernel (alone, or inside its first launch), the op draws with
+:func:`lsh_draw` and the builder rounds the draw and hashes (``tilesparse.decide``).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ __all__ = [
     "check_output",
     "criterion",
     "get_criterion",
+    "lsh_draw",
     "lsh_matmul",
     "lsh_rotation",
     "registered",
@@ -179,11 +180,17 @@ def lsh(q: Tensor, k: Tensor, /, *, buckets: int, generator: torch.Generator | N
     return lsh_matmul(q, k, lsh_rotation(H, D, buckets, q.dtype, q.device, generator), buckets)
 
 
-def lsh_rotation(heads: int, head_dim: int, buckets: int, dtype: torch.dtype, device, generator=None) -> Tensor:
-    """``lsh``'s draw: (H, D, ceil(buckets / 2)) normal values rounded to ``dtype`` (drawn in
-    float32, so one generator gives every dtype the same rotation up to rounding)."""
+def lsh_draw(heads: int, head_dim: int, buckets: int, device, generator=None) -> Tensor:
+    """``lsh``'s draw before its rounding: (H, D, ceil(buckets / 2)) float32 normal values (one
+    generator gives every dtype the same rotation up to rounding). The index builders' hashing
+    kernels take it as it is and round each value to the inputs' dtype themselves."""
     half = math.ceil(buckets / 2)
-    return torch.randn((heads, head_dim, half), generator=generator, device=device, dtype=torch.float32).to(dtype)
+    return torch.randn((heads, head_dim, half), generator=generator, device=device, dtype=torch.float32)
+
+
+def lsh_rotation(heads: int, head_dim: int, buckets: int, dtype: torch.dtype, device, generator=None) -> Tensor:
+    """``lsh``'s rotation: :func:`lsh_draw` rounded to ``dtype`` (to nearest, ties to even)."""
+    return lsh_draw(heads, head_dim, buckets, device, generator).to(dtype)
 
 
 def lsh_matmul(q: Tensor, k: Tensor, rot: Tensor, buckets: int) -> tuple[Tensor, Tensor]:

@@ -24,6 +24,7 @@ import tilesparse as ts
 from tilesparse import ir
 from tilesparse.backends.cupy import index as cindex
 from tilesparse.patterns import get_criterion
+from tilesparse.patterns.criteria import lsh_draw
 from tilesparse.testing import assert_equivalent, attention_inputs, decisions
 
 from feature_ops import FeatureOp, topk_specs
@@ -112,11 +113,25 @@ def test_emulated_lsh_equals_the_criterion(emulated_index, buckets, D, dtype):
     k = k[:, :1]  # GQA: one kv head for three query heads
     k3 = k.expand(2, 3, 130, D)
     want_q, want_k = get_criterion("lsh")(q, k3, buckets=buckets, generator=torch.Generator().manual_seed(1))
-    rot = cindex.lsh_rotations(3, D, buckets, dtype, "cpu", generator=torch.Generator().manual_seed(1))
+    rot = lsh_draw(3, D, buckets, "cpu", generator=torch.Generator().manual_seed(1))
     got_q, got_k = cindex.lsh_buckets(q, k, rot, (0, 1, 2), buckets)
     agree = float(((got_q == want_q).float().mean() + (got_k == want_k).float().mean()) / 2)
     # the projection is summed in another order than torch's matmul: a near-tie may flip
     assert agree >= (0.999 if dtype == torch.float32 else 0.98), f"only {agree:.4f} of the buckets agree"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_emulated_lsh_rounds_the_draw_to_the_inputs_dtype(emulated_index, dtype):
+    """Given the criterion's draw before its rounding, the kernel hashes as with the rotation
+    rounded to the inputs' dtype: the same buckets."""
+    g = torch.Generator().manual_seed(4)
+    q, k = (torch.randn(1, 2, 200, 32, generator=g).to(dtype) for _ in range(2))
+    draw = lsh_draw(2, 32, 16, "cpu", generator=torch.Generator().manual_seed(1))
+    rounded = draw.to(dtype).float()
+    assert dtype == torch.float32 or not torch.equal(draw, rounded)  # the rounding is not a no-op
+    got = cindex.lsh_buckets(q, k, draw, (0, 1), 16)
+    want = cindex.lsh_buckets(q, k, rounded, (0, 1), 16)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
 @settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -133,7 +148,7 @@ def test_emulated_hashing_build_equals_prepare_over_its_buckets(emulated_index, 
     keep = {"q_keep": dec.q_keep, "k_keep": dec.k_keep} if dec.q_keep is not None else {}
     program = ir.lower(spec, causal=causal, block_q=32, block_k=16)
     group = program.groups[0]
-    rot = cindex.lsh_rotations(H, D, group.buckets, q.dtype, "cpu", generator=g)
+    rot = lsh_draw(H, D, group.buckets, "cpu", generator=g)
     kw = dict(batch=B, seqlen=T, device="cpu")
     got = cindex.build_group(program, group, (0, 1), ts.Decisions(**keep), ir.check_inputs(q, k, k), rotations=rot)
     qb, kb = cindex.lsh_buckets(q, k, rot, (0, 1), group.buckets)

@@ -15,7 +15,7 @@ import tilesparse as ts
 from tilesparse.backends import BUILDERS, HashingBuilder, lsh_hasher
 from tilesparse.backends.triton import hashing
 from tilesparse.ir import check_inputs
-from tilesparse.patterns.criteria import lsh_matmul, lsh_rotation
+from tilesparse.patterns.criteria import lsh_draw, lsh_matmul, lsh_rotation
 
 
 def _directions(x: torch.Tensor, rot: torch.Tensor, buckets: int) -> torch.Tensor:
@@ -62,6 +62,23 @@ def test_the_kernel_takes_the_criterions_argmax(B, kv_heads, group, T, D, bucket
             differ = got != want
             picked_by_torch = dirs.gather(-1, want.long().unsqueeze(-1)).squeeze(-1)
             assert bool((chosen[differ] - picked_by_torch[differ]).abs().le(tol[differ]).all()), "differs beyond a tie"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_the_kernel_rounds_the_draw_to_the_inputs_dtype(dtype):
+    """Given the criterion's draw before its rounding (what an op's decide step passes), the
+    kernel hashes as with the rotation rounded to the inputs' dtype: the same buckets. (bf16 on
+    the GPU: tests/gpu/test_triton_gpu.py; the interpreter's fp32 -> bf16 cast truncates.)"""
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(2, 4, 300, 64, generator=g).to(dtype)
+    k = torch.randn(2, 2, 300, 64, generator=g).to(dtype)
+    draw = lsh_draw(4, 64, 16, "cpu", torch.Generator().manual_seed(2))
+    rounded = lsh_rotation(4, 64, 16, dtype, "cpu", torch.Generator().manual_seed(2)).float()
+    assert dtype == torch.float32 or not torch.equal(draw, rounded)  # the rounding is not a no-op
+    got, want = ([torch.empty(2, 4, 300, dtype=torch.int32) for _ in range(2)] for _ in range(2))
+    hashing.hash_into(q, k, draw, 16, *got)
+    hashing.hash_into(q, k, rounded, 16, *want)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
 def test_the_kernel_reads_strided_inputs():

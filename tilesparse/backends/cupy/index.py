@@ -7,9 +7,10 @@ ranges from the two sides' histograms, with no wait for the other side's sort.
 
 ``build_group`` takes the same arguments as the Triton builder's, plus optional ``rotations``
 to hash the inputs' q and k in the kernel instead of reading ``dec``'s buckets;
-:func:`lsh_rotations` draws the rotations exactly as the ``lsh`` criterion does, so with the
-same generator the buckets agree with the criterion's up to the rounding of the projection
-(cuBLAS and this kernel sum in different orders; near-ties may flip).
+the rotations are the ``lsh`` criterion's draw (:func:`tilesparse.patterns.criteria.lsh_draw`),
+which the kernel rounds to the inputs' dtype as the criterion does, so with the same generator
+the buckets agree with the criterion's up to the rounding of the projection (cuBLAS and this
+kernel sum in different orders; near-ties may flip).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .compile import SHARED_LIMIT
 from .layout import P_CAUSAL, P_NOT_SELF, P_STRICT, predicate_bits
 from .op import _DTYPE_TAG, launch
 
-__all__ = ["CHUNK", "build_group", "hash_into", "hash_reasons", "lsh_buckets", "lsh_rotations"]
+__all__ = ["CHUNK", "build_group", "hash_into", "hash_reasons", "lsh_buckets"]
 
 NT = 256
 CHUNK = 1024  # tokens per program of the histogram and scatter kernels (index.cu)
@@ -43,14 +44,6 @@ _INSTANCES = ("index_count<F32>", "index_count<F16>", "index_count<BF16>", "inde
 
 def _launch(name: str, grid: tuple[int, int, int], block: int, smem: int, *args) -> None:
     launch("index.cu", _INSTANCES, name, grid, block, smem, args)
-
-
-def lsh_rotations(heads: int, head_dim: int, buckets: int, dtype: torch.dtype, device, generator=None) -> Tensor:
-    """(H, D, ceil(buckets / 2)) float32 holding values of ``dtype``: the draw of the ``lsh``
-    criterion (same generator calls), for :func:`lsh_buckets`."""
-    half = math.ceil(buckets / 2)
-    rot = torch.randn((heads, head_dim, half), generator=generator, device=device, dtype=torch.float32)
-    return rot.to(dtype).float().contiguous()
 
 
 def lsh_buckets(q: Tensor, k: Tensor, rotations: Tensor, heads: tuple[int, ...], buckets: int) -> tuple[Tensor, Tensor]:

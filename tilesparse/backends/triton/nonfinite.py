@@ -16,13 +16,16 @@ from torch import Tensor
 
 from .launch import lean
 
-__all__ = ["launch_pair", "new_flag"]
+__all__ = ["launch_pair", "new_flags"]
 
 
-def new_flag(device: torch.device) -> Tensor:
-    """A zeroed int32 (1,) flag on ``device`` for one pass (forward, or dQ then dK/dV): a
-    launch argument, never read on the host (graph-capturable)."""
-    return torch.zeros(1, dtype=torch.int32, device=device)
+def new_flags(device: torch.device) -> tuple[Tensor, Tensor]:
+    """Zeroed int32 flags on ``device`` for a call's two passes, the forward's and the
+    backward's (dQ then dK/dV): one allocation and one fill a call. Launch arguments, never
+    read on the host (graph-capturable). A second backward of one call (``retain_graph``) finds
+    the backward's flag as the first left it: set, its sanitizing variants compute again,
+    exactly, only slower."""
+    return torch.zeros(2, dtype=torch.int32, device=device).unbind()
 
 
 def launch_pair(kernel, grid, *args, unchanged=None, **kwargs) -> None:

@@ -22,7 +22,8 @@ from torch import Tensor
 from ...ir import KEY_SENTINEL, HeadGroup, NotSelf, PreparedGroup, SameBucket
 from ..first_order import first_order_only
 from . import kernels
-from .nonfinite import launch_pair, new_flag
+from .gqa import sum_into_kv_heads
+from .nonfinite import launch_pair, new_flags
 
 __all__ = [
     "TileConfig",
@@ -258,11 +259,13 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: f
 
 
 def launch_fwd(
-    q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig
+    q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig,
+    nonfinite: Tensor | None = None,
 ) -> None:
     """The forward kernel's launch pair (nonfinite.py): O (B, Hg, Tq, D) and LSE (B, Hg, Tq)
-    of group ``g``."""
-    nonfinite = new_flag(q.device)
+    of group ``g``; ``nonfinite``: the pass's zeroed flag (a new one when not given)."""
+    if nonfinite is None:
+        nonfinite = new_flags(q.device)[0]
     B, H, T, D = q.shape
     Tk = k.shape[2]
     Hg = len(g.heads)
@@ -291,7 +294,8 @@ class _SparseAttention(torch.autograd.Function):
         Hg = len(g.heads)
         o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=q.device)
         lse = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
-        launch_fwd(q, k, v, o, lse, g, scale, cfg)
+        forward_flag, ctx.backward_flag = new_flags(q.device)  # nonfinite.py
+        launch_fwd(q, k, v, o, lse, g, scale, cfg, forward_flag)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.g, ctx.scale, ctx.cfg = g, scale, cfg
         return o
@@ -310,8 +314,8 @@ class _SparseAttention(torch.autograd.Function):
         n_qb = g.q_ranges.shape[2]
 
         delta = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)  # written by the dQ kernel
-        # one flag for the pass: set by the unchanged dQ or dK/dV variant (nonfinite.py)
-        nonfinite = new_flag(q.device)
+        # the pass's flag, zeroed by the forward: set by the unchanged dQ or dK/dV variant (nonfinite.py)
+        nonfinite = ctx.backward_flag
 
         full = Hg == H
         dq = torch.empty_like(q) if full else torch.zeros_like(q)
@@ -355,9 +359,7 @@ class _SparseAttention(torch.autograd.Function):
             **common, **flags,
         )  # fmt: skip
         if not direct:  # separate tensors: the op's backward may not return outputs that alias each other
-            in_order = tuple(g.heads) == tuple(range(H))
-            dk = _sum_into_heads(dk, g.head_map, k_group, k, in_order)
-            dv = _sum_into_heads(dv, g.head_map, v_group, v, in_order)
+            dk, dv = sum_into_kv_heads(dk, dv, g.head_map, H, k, v)
         dq, dk, dv = first_order_only("triton", (dq, dk, dv), (q, k, v))
         return dq, dk, dv, None, None, None
 
@@ -428,21 +430,6 @@ def _gluon_reason(q: Tensor, rows: int) -> str | None:
     if not rows:
         return "off in the tile configuration of this head dim and dtype"
     return None
-
-
-def _sum_into_heads(per_query_head: Tensor, head_map: Tensor, group: int, like: Tensor, in_order: bool) -> Tensor:
-    """Sum (B, Hg, Tk, D) per-query-head gradients into ``like``'s heads (fp32, then cast).
-
-    With every query head in order, kv head j's query heads are the consecutive j*group..:
-    a strided sum over a view, several times faster than ``index_add_`` (one read of the
-    buffer instead of a scatter).
-    """
-    if in_order:
-        B, H, T, D = per_query_head.shape
-        return per_query_head.view(B, H // group, group, T, D).sum(2).to(like.dtype)
-    out = torch.zeros(like.shape, dtype=torch.float32, device=like.device)
-    out.index_add_(1, head_map.to(torch.int64) // group, per_query_head)
-    return out.to(like.dtype)
 
 
 def compiled_kernel_count() -> int:

@@ -401,7 +401,7 @@ def index_variants() -> list[tuple[str, dict]]:
     category padding from 2 (drop only) to 128 (64 buckets and dropped rows); the ``lsh``
     hashing kernel (hashing.py) and the ``topk_abs`` kernel (topk.py) at D = 64, 128 and 256,
     16-bit and fp32; and the given ids' check (idcheck.py: ids' ranges and supports' repeats,
-    one or two fields a launch; supports of 2 to 64 ids a token)."""
+    one or two fields a launch; supports of 2 to 64 ids a token); and the GQA gradients' sum (gqa.py)."""
     from . import index
     from .hashing import hash_constexprs
 
@@ -426,6 +426,9 @@ def index_variants() -> list[tuple[str, dict]]:
             Q_SENTINEL=QUERY_SENTINEL, K_SENTINEL=KEY_SENTINEL, Q_DROPPED=-1, K_DROPPED=-2, BLOCK_Q=128, BLOCK_K=64,
             SEG_Q=16, SEG_K=16, CAUSAL=causal, STRICT=strict, NOT_SELF=not_self, IDENTITY=identity,
         )))  # fmt: skip
+    from .gqa import _BLOCK
+
+    out.append(("_sum_into_kv_heads", dict(BLOCK=_BLOCK)))  # the GQA gradients' sum (gqa.py)
     from .idcheck import BLOCK, MAX_SUPPORT
 
     # one field or two of one kind (a pattern's two sides), ids (KPAD 1) or supports; a later
@@ -443,16 +446,18 @@ def compile_index_kernel(name: str, constexprs: dict):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from . import hashing, idcheck, index, topk
+    from . import gqa, hashing, idcheck, index, topk
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
-    fn = getattr({"_lsh_hash": hashing, "_check_ids": idcheck, "_topk_abs": topk}.get(name, index), name)
+    modules = {"_lsh_hash": hashing, "_check_ids": idcheck, "_topk_abs": topk, "_sum_into_kv_heads": gqa}
+    fn = getattr(modules.get(name, index), name)
     # the hashing kernel: q and k in the dtype its PRECISION names (tf32: 16-bit), the rotation fp32;
     # the id check: int64 record, scratch and resets, a float32 poison
-    # the topk kernel: q and k in the dtype its WIDTH names
+    # the topk kernel: q and k in the dtype its WIDTH names; the GQA sum: fp32 in, bf16 out
     data = "*bf16" if constexprs.get("PRECISION") == "tf32" or constexprs.get("WIDTH") == 16 else "*fp32"
     inputs = {"Q_KEEP": "*i1", "K_KEEP": "*i1", "Q_BKT": "*i64", "K_BKT": "*i64", "Q": data, "K": data, "ROT": "*fp32",
-              "POISON": "*fp32", "lo_init": "i64", "hi_init": "i64"}  # fmt: skip
+              "POISON": "*fp32", "lo_init": "i64", "hi_init": "i64", "DK": "*fp32", "DV": "*fp32",
+              "OUT_K": "*bf16", "OUT_V": "*bf16"}  # fmt: skip
     inputs |= {f"{row}{i}": "*i64" for row in ("RECORD", "SCRATCH", "RECORD_REP", "SCRATCH_REP") for i in (0, 1)}
     sig = {n: "constexpr" if n in constexprs else inputs.get(n, "*i32" if n.isupper() else "i32") for n in fn.arg_names}
     src = ASTSource(fn, sig, constexprs, _divisible(fn, sig, strides=False))

@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(NT) index_count(
         float* s_x = s_rot + head_dim * cols;
         for (int e = threadIdx.x; e < head_dim * cols; e += NT) {
             const int d = e / cols, c = e % cols;
-            s_rot[e] = c < half ? r[d * half + c] : 0.f;
+            s_rot[e] = c < half ? DT::round(r[d * half + c]) : 0.f;  // the draw in the inputs' dtype
         }
         const typename DT::T* x0 = side == 0 ? q + b * sqb + h * sqh : k + b * skb + (h / kv_group) * skh;
         const long long st = side == 0 ? sqt : skt;

@@ -11,6 +11,8 @@ sum, a cast: each a kernel of its own on the GPU). The backward is taken with
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -44,36 +46,47 @@ _ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "
 
 @pytest.fixture
 def launches(monkeypatch):
-    """The device work done while the test runs: the names of the Triton kernels launched, and
-    the torch ops dispatched outside them (:class:`_DeviceOps`)."""
-    names: list[str] = []
-    inside = [0]  # the interpreter's own torch ops, inside a launch, are not the call's
+    """Counts device work: ``with launches.counting() as names:`` gives the names of the Triton
+    kernels launched inside the block and of the torch ops dispatched there outside them
+    (:class:`_DeviceOps`)."""
+    counter = _Counter()
     real = InterpretedFunction.run
 
     def counted(self, *args, **kwargs):
-        names.append(self.fn.__name__)
-        inside[0] += 1
+        counter.names.append(self.fn.__name__)
+        counter.inside += 1
         try:
             return real(self, *args, **kwargs)
         finally:
-            inside[0] -= 1
+            counter.inside -= 1
 
     monkeypatch.setattr(InterpretedFunction, "run", counted)
-    with _DeviceOps(names, inside):
-        yield names
+    return counter
+
+
+class _Counter:
+    def __init__(self):
+        self.names: list[str] = []
+        self.inside = 0  # inside a Triton launch: the interpreter's own torch ops are not the call's
+
+    @contextlib.contextmanager
+    def counting(self):
+        self.names.clear()
+        with _DeviceOps(self):
+            yield self.names
 
 
 class _DeviceOps(TorchDispatchMode):
     """Appends each dispatched torch op that launches work on a device (not a view, not an
-    allocation) to ``names``, outside Triton launches."""
+    allocation) to the counter's names, outside Triton launches."""
 
-    def __init__(self, names: list[str], inside: list[int]):
+    def __init__(self, counter: _Counter):
         super().__init__()
-        self.names, self.inside = names, inside
+        self.counter = counter
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not self.inside[0] and not func.is_view and func.overloadpacket.__name__ not in _ALLOCATIONS:
-            self.names.append(str(func))
+        if not self.counter.inside and not func.is_view and func.overloadpacket.__name__ not in _ALLOCATIONS:
+            self.counter.names.append(str(func))
         return func(*args, **(kwargs or {}))
 
 
@@ -90,13 +103,13 @@ def test_a_call_launches_no_more_kernels_than_it_does_now(name, launches, monkey
     torch.autograd.grad(attn(q, k, v, decisions=given), (q, k, v), grad_out)  # warm: plans made, kernels compiled
     counts = []
     for decisions, backward in ((trusted, False), (given, False), (given, True)):
-        launches.clear()
-        out = attn(q, k, v, decisions=decisions)
-        if backward:
-            torch.autograd.grad(out, (q, k, v), grad_out)
-        counts.append(len(launches))
+        with launches.counting() as names:
+            out = attn(q, k, v, decisions=decisions)
+            if backward:
+                torch.autograd.grad(out, (q, k, v), grad_out)
+        counts.append(len(names))
     torch.testing.assert_close(out, attn.reference(q, k, v, decisions=given))  # the counted call is exact
-    assert all(n <= most for n, most in zip(counts, MOST[name], strict=True)), (name, counts, MOST[name], launches)
+    assert all(n <= most for n, most in zip(counts, MOST[name], strict=True)), (name, counts, MOST[name], names)
 
 
 def test_the_bernoulli_criterion_decides_without_a_copy_of_k(launches):
@@ -108,8 +121,8 @@ def test_the_bernoulli_criterion_decides_without_a_copy_of_k(launches):
     g = torch.Generator().manual_seed(0)
     q = torch.randn((1, 4, 24, 16), generator=g)
     k = torch.randn((1, 1, 30, 16), generator=g)
-    launches.clear()
-    made = attn.decide(q, k, generator=torch.Generator().manual_seed(3))
-    assert sorted(launches) == ["aten.lt.Scalar", "aten.lt.Scalar", "aten.rand.generator"], launches
+    with launches.counting() as names:
+        made = attn.decide(q, k, generator=torch.Generator().manual_seed(3))
+    assert sorted(names) == ["aten.lt.Scalar", "aten.lt.Scalar", "aten.rand.generator"], names
     want = spec.decide(q, k.repeat_interleave(4, dim=1), generator=torch.Generator().manual_seed(3))
     assert torch.equal(made.q_keep, want.q_keep) and torch.equal(made.k_keep, want.k_keep)

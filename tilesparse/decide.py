@@ -78,11 +78,11 @@ def make_decisions(
             out = out.merge(Decisions(q_support=q_support, k_support=k_support))
             continue
         if p is not part or hasher is None:
-            if get_criterion(p.criterion).fn is bernoulli:  # reads k's length alone: no copy per query head
-                out = out.merge(p.decide(q, inputs.k, generator=generator, check_ids=check_ids))
-                continue
-            k = inputs.k_per_query_head() if k is None else k  # a copy with grouped-query attention: made once
-            out = out.merge(p.decide(q, k, generator=generator, check_ids=check_ids))
+            if get_criterion(p.criterion).fn is bernoulli:
+                part_k = inputs.k  # reads k's length alone: no copy per query head
+            else:
+                k = part_k = inputs.k_per_query_head() if k is None else k  # a copy with GQA: made once
+            out = out.merge(p.decide(q, part_k, generator=generator, check_ids=check_ids))
             continue
         B, H, T, D = q.shape
         rotations = lsh_draw(H, D, p.buckets, q.device, generator)  # the hasher rounds it to q's dtype

@@ -90,7 +90,8 @@ def lsh_hash_reasons(device_type: str, head_dim: int, buckets: int, interpreting
 
 def hash_into(q: Tensor, k: Tensor, rotations: Tensor, buckets: int, q_bucket: Tensor, k_bucket: Tensor) -> None:
     """Every head of q (B, H, T, D) and k (B, Hkv, T, D) hashed with ``rotations`` (H, D,
-    ceil(buckets / 2)) into the contiguous (B, H, T) int32 buffers (one launch)."""
+    ceil(buckets / 2): the criterion's float32 draw, which the kernel rounds to q's dtype) into
+    the contiguous (B, H, T) int32 buffers (one launch)."""
     B, H, T, D = q.shape
     half = rotations.shape[-1]
     if half != math.ceil(buckets / 2) or rotations.shape[:2] != (H, D):

@@ -400,8 +400,8 @@ def index_variants() -> list[tuple[str, dict]]:
     """The index-building kernels (index.py) as (kernel name, constexprs): every switch and
     category padding from 2 (drop only) to 128 (64 buckets and dropped rows); the ``lsh``
     hashing kernel (hashing.py) and the ``topk_abs`` kernel (topk.py) at D = 64, 128 and 256,
-    16-bit and fp32; and the given ids' check (idcheck.py: ids' ranges and supports' repeats,
-    one or two fields a launch; supports of 2 to 64 ids a token); and the GQA gradients' sum (gqa.py)."""
+    16-bit and fp32; the given ids' check (idcheck.py: ids' ranges and supports' repeats, one
+    or two fields a launch; supports of 2 to 64 ids a token); and the GQA gradients' sum (gqa.py)."""
     from . import index
     from .hashing import hash_constexprs
 

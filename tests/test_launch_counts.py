@@ -31,13 +31,13 @@ SPECS = one_of_each_kind(keep=0.7, buckets=4, k=4)
 # sanitizing variant), its backward (dQ and dK/dV, a pair each, and the sum of the per-query-head
 # dK and dV into the kv heads) and, for given ids, their check (one launch for both sides).
 # torch: the two passes' zeroed flags (one fill a call); for given ids, their check's poison
-# (a copy, and a multiply of the output and of dQ); TopKFeatures' feature masks and products
-# (kept_product.py); PerHead's head selections and the gradients' sums over its groups
+# (a copy, and a multiply of the output and of dQ); TopKFeatures' q~ and k~ and their gradients
+# (a launch each, features.py); PerHead's head selections and the gradients' sums over its groups
 MOST = {  # pattern: (forward trusted, forward given, forward+backward given)
     "dense": (4, 4, 9),
     "qkdrop": (6, 6, 11),
     "hash": (6, 9, 15),
-    "topk": (17, 20, 29),
+    "topk": (6, 9, 17),
     "hybrid": (6, 9, 15),
     "perhead": (12, 15, 34),
 }

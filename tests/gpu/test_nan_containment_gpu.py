@@ -1,7 +1,7 @@
 """NaN containment in the compiled kernels on the GPU (run with TRITON_INTERPRET=0): an inf or
 NaN in v or k at a key that some rows of its tiles keep and others do not reaches only the rows
 that keep it, in the Triton kernels (forward, dQ, dK/dV; fp16 and bf16, D 64 and 128; the
-sanitizing variants run only then) and in the CuPy kernels (TopKFeatures); the other rows'
+sanitizing variants run only then) and, for TopKFeatures, in the CuPy kernels and Triton's; the other rows'
 outputs and gradients equal the reference's on clean inputs, and the rows that keep it are
 not finite. With finite inputs the sanitizing variants exit at once and the result is the one
 the unchanged kernels give, bit for bit.
@@ -85,8 +85,9 @@ def test_triton_contains_a_non_finite_key(spec, dtype, D, tensor, value):
 
 @pytest.mark.parametrize("spec", [ts.TopKFeatures(k=8), ts.Hybrid(parts=[ts.Hash(buckets=4), ts.TopKFeatures(k=8)])], ids=str)
 @pytest.mark.parametrize("tensor,value", [("v", float("inf")), ("k", float("nan"))], ids=["v-inf", "k-nan"])
-def test_cupy_contains_a_non_finite_key(spec, tensor, value):
-    _check(spec, "cupy", torch.float16, 64, tensor, value, feature_key=True)
+@pytest.mark.parametrize("backend", ["cupy", "triton"])
+def test_feature_groups_contain_a_non_finite_key(spec, tensor, value, backend):
+    _check(spec, backend, torch.float16, 64, tensor, value, feature_key=True)
 
 
 def _recording_flags(monkeypatch) -> list[torch.Tensor]:
@@ -124,3 +125,25 @@ def test_finite_inputs_take_the_unchanged_kernels(dtype, D, monkeypatch):
     x[0, 1, J] = float("inf")
     ts.compile(ts.Dense(), causal=True, backend="triton")(q, k, x)
     assert [int(f) for f in flags] == [1, 0]  # the forward's set; no backward ran
+
+
+@pytest.mark.parametrize("backend", ["cupy", "triton"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan")], ids=["inf", "nan"])
+def test_an_unkept_feature_stays_out(backend, value):
+    """An inf or NaN in a feature a token's support leaves out (of q and of k) reaches nothing:
+    every output and gradient equals the reference's on clean inputs (the reference reads q~
+    and k~ through ``where``; a product would turn it into NaN)."""
+    spec = ts.TopKFeatures(k=8)
+    q, k, v, dec = _setup(spec, torch.float16, 64)
+    w = torch.rand((1, 2, T, 64), device=DEVICE)
+    want, want_grads = _run(ts.compile(spec, backend="reference"), q.float(), k.float(), v.float(), dec, w)
+    bad_q, bad_k = q.clone(), k.clone()
+    for t, support in ((bad_q, dec.q_support), (bad_k, dec.k_support)):
+        for h in range(2):
+            kept = torch.zeros(64, dtype=torch.bool, device=DEVICE)
+            kept[support[0, h, J].long()] = True
+            t[0, h, J, int((~kept).nonzero()[0])] = value
+    out, grads = _run(ts.compile(spec, backend=backend), bad_q, bad_k, v, dec, w)
+    torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-2)
+    for got, ref in zip(grads, want_grads, strict=True):
+        torch.testing.assert_close(got, ref, rtol=2e-2, atol=2e-2)

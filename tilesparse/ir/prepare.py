@@ -46,6 +46,7 @@ __all__ = [
     "PreparedGroup",
     "assemble_group",
     "head_index",
+    "head_slots",
     "head_map",
     "max_segments",
     "prepare",
@@ -253,6 +254,15 @@ def head_map(heads: tuple[int, ...], device: torch.device) -> Tensor:
     """The group's query heads as an int32 device tensor (kept: one upload per group, outside
     any CUDA graph pool; see ``patterns.device_constants``)."""
     return device_constant(tuple(heads), torch.int32, torch.device(device))
+
+
+def head_slots(heads: tuple[int, ...], n_heads: int, device: torch.device) -> Tensor:
+    """int32 (n_heads,): the position of each of the call's ``n_heads`` query heads in the
+    group's ``heads``, -1 for a head outside it (kept, as :func:`head_map`)."""
+    slots = [-1] * n_heads
+    for i, h in enumerate(heads):
+        slots[h] = i
+    return device_constant(tuple(slots), torch.int32, torch.device(device))
 
 
 def head_index(heads: tuple[int, ...], device: torch.device) -> Tensor:

@@ -3,8 +3,8 @@ index builder (``builder.py``: layout and ranges in kernels, for any backend's g
 
 It runs on CUDA GPUs, and on the CPU under ``TRITON_INTERPRET=1`` (how CI tests it). Rows are
 read and written through the layout's orders, so gather, attend and scatter are one kernel.
-TopKFeatures runs as dense tiles over the sparsified q~ and k~ (formed in torch, so autograd
-masks the gradients). Without triton installed the backend reports a reason, never an import
+TopKFeatures runs as dense tiles over the sparsified q~ and k~ (``features.py``: one launch a
+side, and one a side for their gradients). Without triton installed the backend reports a reason, never an import
 error.
 """
 
@@ -15,10 +15,9 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
 from ...ir import AttentionInputs, DotScore, HeadGroup, PreparedGroup
-from ...ir.prepare import head_index
+from ...ir.prepare import head_slots
 from ..base import Backend, register
 from ..builder import register_builder
-from ..reference import feature_mask
 from .availability import device_reasons, triton_reasons
 from .builder import TritonBuilder
 
@@ -117,13 +116,12 @@ def _last_dim_contiguous(t: Tensor) -> Tensor:
 
 
 def _sparsify(q: Tensor, k: Tensor, g: PreparedGroup, inputs: AttentionInputs) -> tuple[Tensor, Tensor]:
-    """q~ and k~ (per query head) with the unkept features zeroed; other heads pass as they are."""
-    heads = head_index(g.heads, q.device)  # a cached device index: no upload per call
-    D = inputs.head_dim
-    fq = torch.ones_like(q).index_copy_(1, heads, feature_mask(g.q_support, D, q.dtype))
-    k_per_head = k.repeat_interleave(inputs.group, dim=1) if inputs.group > 1 else k
-    fk = torch.ones_like(k_per_head).index_copy_(1, heads, feature_mask(g.k_support, D, k.dtype))
-    return q * fq, k_per_head * fk
+    """q~ and k~ (k per query head) with the group's unkept features zeroed; other heads pass as
+    they are (one launch a side, features.py)."""
+    from .features import keep_features
+
+    slots = head_slots(g.heads, inputs.heads, q.device)  # a cached device constant: no upload per call
+    return keep_features(q, g.q_support, slots, inputs.heads), keep_features(k, g.k_support, slots, inputs.heads)
 
 
 register(TritonBackend())

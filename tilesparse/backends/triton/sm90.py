@@ -9,11 +9,13 @@ ones that cost time on every tile. :func:`variants` lists every launch the backe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import tempfile
+import types
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -401,7 +403,8 @@ def index_variants() -> list[tuple[str, dict]]:
     category padding from 2 (drop only) to 128 (64 buckets and dropped rows); the ``lsh``
     hashing kernel (hashing.py) and the ``topk_abs`` kernel (topk.py) at D = 64, 128 and 256,
     16-bit and fp32; the given ids' check (idcheck.py: ids' ranges and supports' repeats, one
-    or two fields a launch; supports of 2 to 64 ids a token); and the GQA gradients' sum (gqa.py)."""
+    or two fields a launch; supports of 2 to 64 ids a token); the GQA gradients' sum (gqa.py);
+    and TopKFeatures' q~ and k~ (features.py) at D = 64, 128 and 256."""
     from . import index
     from .hashing import hash_constexprs
 
@@ -429,6 +432,9 @@ def index_variants() -> list[tuple[str, dict]]:
     from .gqa import _BLOCK
 
     out.append(("_sum_into_kv_heads", dict(BLOCK=_BLOCK)))  # the GQA gradients' sum (gqa.py)
+    from .features import constexprs as feature_constexprs
+
+    out += [("_keep_features", feature_constexprs(d)) for d in (64, 128, 256)]  # TopKFeatures' q~, k~ (features.py)
     from .idcheck import BLOCK, MAX_SUPPORT
 
     # one field or two of one kind (a pattern's two sides), ids (KPAD 1) or supports; a later
@@ -446,18 +452,20 @@ def compile_index_kernel(name: str, constexprs: dict):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from . import gqa, hashing, idcheck, index, topk
+    from . import features, gqa, hashing, idcheck, index, topk
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
-    modules = {"_lsh_hash": hashing, "_check_ids": idcheck, "_topk_abs": topk, "_sum_into_kv_heads": gqa}
+    modules = {"_lsh_hash": hashing, "_check_ids": idcheck, "_topk_abs": topk, "_sum_into_kv_heads": gqa,
+               "_keep_features": features}
     fn = getattr(modules.get(name, index), name)
     # the hashing kernel: q and k in the dtype its PRECISION names (tf32: 16-bit), the rotation fp32;
     # the id check: int64 record, scratch and resets, a float32 poison
-    # the topk kernel: q and k in the dtype its WIDTH names; the GQA sum: fp32 in, bf16 out
+    # the topk kernel: q and k in the dtype its WIDTH names; the GQA sum: fp32 in, bf16 out;
+    # q~ and k~: bf16
     data = "*bf16" if constexprs.get("PRECISION") == "tf32" or constexprs.get("WIDTH") == 16 else "*fp32"
     inputs = {"Q_KEEP": "*i1", "K_KEEP": "*i1", "Q_BKT": "*i64", "K_BKT": "*i64", "Q": data, "K": data, "ROT": "*fp32",
               "POISON": "*fp32", "lo_init": "i64", "hi_init": "i64", "DK": "*fp32", "DV": "*fp32",
-              "OUT_K": "*bf16", "OUT_V": "*bf16"}  # fmt: skip
+              "OUT_K": "*bf16", "OUT_V": "*bf16", "SRC": "*bf16", "DST": "*bf16"}  # fmt: skip
     inputs |= {f"{row}{i}": "*i64" for row in ("RECORD", "SCRATCH", "RECORD_REP", "SCRATCH_REP") for i in (0, 1)}
     sig = {n: "constexpr" if n in constexprs else inputs.get(n, "*i32" if n.isupper() else "i32") for n in fn.arg_names}
     src = ASTSource(fn, sig, constexprs, _divisible(fn, sig, strides=False))
@@ -483,6 +491,36 @@ def spill_tables(rows: list[dict]) -> str:
     return "\n".join(line for line in out if line)
 
 
+def index_name(name: str, constexprs: dict) -> str:
+    """How main() names an index-building kernel's variant (its JSON line's ``variant``)."""
+    return f"index {name} {constexprs}"
+
+
+def _compile_row(work: tuple[str, str]) -> dict:
+    """One JSON line of main(): ``("variant", str(Variant))`` or ``("index", index_name(...))``."""
+    kind, name = work
+    if kind == "index":
+        n, const = next((n, c) for n, c in index_variants() if index_name(n, c) == name)
+        return {"variant": name, "kernel": n, **report(compile_index_kernel(n, const)).__dict__}
+    v = next(v for v in variants() if str(v) == name)
+    r = report(compile_variant(v))
+    return dict(variant=name, kernel=v.kernel, dtype=str(v.dtype), head_dim=v.head_dim, gqa=v.gqa,
+                sanitize=v.sanitize, drop=v.drop, **r.__dict__)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _pool(jobs: int):
+    """``map`` over processes (spawned: each imports Triton afresh), or in this one for 1 job."""
+    if jobs <= 1:
+        yield types.SimpleNamespace(map=map)
+        return
+    import concurrent.futures
+    import multiprocessing
+
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
+
+
 def main(argv: list[str] | None = None) -> None:
     """Compile every variant and print one JSON line per variant (run without the interpreter:
     ``TRITON_INTERPRET=0 python -m tilesparse.backends.triton.sm90``); ``--spill-tables`` prints
@@ -502,6 +540,9 @@ def main(argv: list[str] | None = None) -> None:
                              "(gluon_dkdv_variants, gluon_dq_variants, gluon_fwd_variants)")
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES.values()))
+    parser.add_argument("--only", metavar="FILE", help="compile only the variants this JSON list names (str(Variant), "
+                        "index_name(...)); every one by default")  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=1, help="compile in this many processes (default 1)")
     args = parser.parse_args(argv)
     if interpreting():
         raise SystemExit("unset TRITON_INTERPRET: the interpreter cannot compile kernels for the GPU")
@@ -522,20 +563,17 @@ def main(argv: list[str] | None = None) -> None:
             r = report(compile_gluon_fwd(*v))
             print(json.dumps(dict(variant=gluon_fwd_variant_name(*v), head_dim=v[1], **r.__dict__)), flush=True)
         return
+    only = set(json.loads(Path(args.only).read_text())) if args.only else None
+    work = [("variant", str(v)) for v in variants()] + [("index", index_name(n, c)) for n, c in index_variants()]
+    work = [w for w in work if only is None or w[1] in only]
+    if only is not None and len(work) != len(only):
+        raise SystemExit(f"--only names {len(only) - len(work)} variants this tree does not have")
     rows = []
-
-    def add(row: dict) -> None:
-        rows.append(row)
-        if not args.spill_tables:
-            print(json.dumps(row), flush=True)
-
-    for v in variants():
-        r = report(compile_variant(v))
-        add(dict(variant=str(v), kernel=v.kernel, dtype=str(v.dtype), head_dim=v.head_dim, gqa=v.gqa,
-                 sanitize=v.sanitize, drop=v.drop, **r.__dict__))  # fmt: skip
-    for name, const in index_variants():
-        r = report(compile_index_kernel(name, const))
-        add({"variant": f"index {name} {const}", "kernel": name, **r.__dict__})
+    with _pool(args.jobs) as pool:
+        for row in pool.map(_compile_row, work):
+            rows.append(row)
+            if not args.spill_tables:
+                print(json.dumps(row), flush=True)
     if args.spill_tables:
         import triton
 

@@ -14,7 +14,7 @@ TRITON ?= triton==3.7.1
 NUMPY := $(if $(findstring 3.6,$(TRITON)),numpy<2.4,numpy)
 PINS := $(TORCH) $(TRITON) $(NUMPY)
 
-.PHONY: demo test test-gpu test-gpu-property clean FORCE
+.PHONY: demo test test-compile-all test-gpu test-gpu-property clean FORCE
 
 # rewritten only when the pins change, so that a change reinstalls
 $(VENV)/.pins: FORCE
@@ -35,6 +35,12 @@ demo: $(STAMP)
 # then runs once; files in collection order, where tests/conftest.py puts the longest first
 test: $(STAMP)
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+
+# every Triton kernel variant compiled for sm_90 and held to its spill table, the fp16, fp32 and
+# sanitizing ones included (marked slow: CI compiles the bf16 ones); no GPU needed, one compile
+# process per core (minutes on a few cores)
+test-compile-all: $(STAMP)
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -m 'slow or not gpu' tests/backends/triton/test_compile_sm90.py
 
 # on a machine with a CUDA GPU: that machine's own python, torch and triton, the
 # kernels compiled (TRITON_INTERPRET=0: tests/conftest.py would default it to the interpreter),

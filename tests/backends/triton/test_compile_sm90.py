@@ -15,9 +15,11 @@ versions.py does for defects): a compiler that spills more fails until its table
 when a compiler pass drops the segment loop's skip of tiles the previous segment visited (see
 kernels._tiles and versions.CARRIED_SCALAR_FOLDED), and when the gathered tile loads of the
 16-bit kernels are not software-pipelined (cp.async). The index-building kernels (index.py)
-must compile without in-loop spills too. About 5 minutes of one core beside the other test
-worker (Triton caches builds under build/triton-cache; the SASS, 0.4 s of disassembly a kernel,
-is read only where a kernel has a stack frame to spill to).
+must compile without in-loop spills too. CI compiles the bf16 variants the benchmarks time and
+the index kernels (about 4 minutes of one core cold); the fp16, fp32 and sanitizing variants are
+marked ``slow`` (``make test-compile-all`` runs every variant, one compile process per core).
+Triton caches builds under build/triton-cache; the SASS, 0.4 s of disassembly a kernel, is read
+only where a kernel has a stack frame to spill to.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from tilesparse.backends.triton.sm90 import DROP_CAUSAL, HASH_CAUSAL, SHARED_LIMIT, index_variants, variants
+from tilesparse.backends.triton.sm90 import DROP_CAUSAL, HASH_CAUSAL, SHARED_LIMIT, index_name, index_variants, variants
 from tilesparse.backends.triton.versions import installed_triton, nearest_measured
 
 # loop_spills_sm90.json: Triton release -> "unchanged" and "sanitizing" variants -> rows
@@ -107,19 +110,42 @@ KNOWN_SANITIZE_LOOP_SPILLS = _spill_tables("sanitizing")
 VARIANTS = variants()
 
 
+def _in_ci(v) -> bool:
+    """The variants CI compiles: the 16-bit ones the benchmarks time (bf16, every kernel, flag set
+    and head dim; unchanged, not sanitizing). The others (fp16, fp32, sanitizing: about 300 s of
+    one core cold, 60% of the compile) are marked ``slow`` and left to ``make test-compile-all``."""
+    return v.dtype == torch.bfloat16 and not v.sanitize
+
+
+PARAMS = [pytest.param(v, id=str(v), marks=() if _in_ci(v) else pytest.mark.slow) for v in VARIANTS]
+
+
 @pytest.fixture(scope="module")
-def reports() -> dict[str, dict]:
-    """Compile every variant in a child process: this one runs Triton's interpreter, whose
-    kernels cannot be compiled."""
+def reports(request) -> dict[str, dict]:
+    """Compile the variants this session's selected tests read, in a child process (this one runs
+    Triton's interpreter, whose kernels cannot be compiled), one compile process per core."""
+    wanted = set()
+    for item in request.session.items:
+        params = getattr(item, "callspec", None)
+        if item.module is request.module and params is not None:
+            if "variant" in params.params:
+                wanted.add(str(params.params["variant"]))
+            if "name" in params.params:
+                wanted.add(index_name(params.params["name"], params.params["constexprs"]))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(sorted(wanted), f)
     env = {**os.environ, "TRITON_INTERPRET": "0"}
-    cmd = [sys.executable, "-m", "tilesparse.backends.triton.sm90"]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    cmd = [sys.executable, "-m", "tilesparse.backends.triton.sm90", "--only", f.name, "--jobs", str(os.cpu_count() or 1)]
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    finally:
+        os.unlink(f.name)
     assert done.returncode == 0, f"compiling for sm_90 failed:\n{done.stderr[-4000:]}"
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return {r["variant"]: r for r in rows}
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=str)
+@pytest.mark.parametrize("variant", PARAMS)
 def test_variant_compiles_for_sm90(variant, reports):
     r = reports.get(str(variant))
     assert r is not None, f"{variant} was not compiled"
@@ -129,7 +155,7 @@ def test_variant_compiles_for_sm90(variant, reports):
         assert r["async_gathers"] > 0, f"{variant}: gathered K/V (or Q/dO) tile loads are not pipelined"
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=str)
+@pytest.mark.parametrize("variant", PARAMS)
 def test_variant_loop_spills(variant, reports):
     tables = KNOWN_SANITIZE_LOOP_SPILLS if variant.sanitize else KNOWN_LOOP_SPILLS
     # a release without a table is held to the nearest measured one below it (versions.py)
@@ -147,7 +173,7 @@ def test_variant_loop_spills(variant, reports):
 
 @pytest.mark.parametrize("name,constexprs", index_variants(), ids=lambda x: x if isinstance(x, str) else None)
 def test_index_kernel_compiles_for_sm90(name, constexprs, reports):
-    r = reports.get(f"index {name} {constexprs}")
+    r = reports.get(index_name(name, constexprs))
     assert r is not None, f"index kernel {name} {constexprs} was not compiled"
     assert r["shared"] <= SHARED_LIMIT, f"{name} {constexprs}: {r['shared']} bytes of shared memory > {SHARED_LIMIT}"
     assert r["loop_spills"] == 0, f"{name} {constexprs}: {r['loop_spills']} spill loads/stores inside loops ({r})"

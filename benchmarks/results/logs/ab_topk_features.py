@@ -49,17 +49,21 @@ def host_us(fn, n=30):
     return statistics.median(times)
 
 
+def _setup(B, H, Hkv, D, T):
+    """bf16 q, k, v (needing grad) and an output gradient, a TopKFeatures(8) op and its decisions."""
+    g = torch.Generator("cuda").manual_seed(0)
+    q = torch.randn((B, H, T, D), device="cuda", generator=g, dtype=torch.bfloat16).requires_grad_()
+    k, v = (torch.randn((B, Hkv, T, D), device="cuda", generator=g, dtype=torch.bfloat16).requires_grad_()
+            for _ in range(2))  # fmt: skip
+    attn = ts.compile(ts.TopKFeatures(k=8), causal=True, backend="triton")
+    return q, k, v, torch.randn_like(q), attn, attn.decide(q, k)
+
+
 def main(out_path):
     rows = []
     shapes = [(1, 16, 16, 64, 4096), (1, 32, 8, 128, 4096), (1, 32, 8, 128, 16384), (2, 12, 12, 64, 16384)]
     for B, H, Hkv, D, T in shapes:
-        g = torch.Generator("cuda").manual_seed(0)
-        q = torch.randn((B, H, T, D), device="cuda", generator=g, dtype=torch.bfloat16).requires_grad_()
-        k, v = (torch.randn((B, Hkv, T, D), device="cuda", generator=g, dtype=torch.bfloat16).requires_grad_()
-                for _ in range(2))  # fmt: skip
-        go = torch.randn_like(q)
-        attn = ts.compile(ts.TopKFeatures(k=8), causal=True, backend="triton")
-        dec = attn.decide(q, k)
+        q, k, v, go, attn, dec = _setup(B, H, Hkv, D, T)
         fwd = lambda: attn(q, k, v, decisions=dec)  # noqa: E731
         fb = lambda: torch.autograd.grad(fwd(), (q, k, v), go)  # noqa: E731
         results = {}
@@ -99,13 +103,7 @@ def profile(shape, out_path):
     from torch.profiler import profile as torch_profile
 
     B, H, Hkv, D, T = (int(x) for x in shape.split(","))
-    g = torch.Generator("cuda").manual_seed(0)
-    q = torch.randn((B, H, T, D), device="cuda", generator=g, dtype=torch.bfloat16).requires_grad_()
-    k, v = (torch.randn((B, Hkv, T, D), device="cuda", generator=g, dtype=torch.bfloat16).requires_grad_()
-            for _ in range(2))  # fmt: skip
-    go = torch.randn_like(q)
-    attn = ts.compile(ts.TopKFeatures(k=8), causal=True, backend="triton")
-    dec = attn.decide(q, k)
+    q, k, v, go, attn, dec = _setup(B, H, Hkv, D, T)
     text = []
     for name, fn in (("features", NEW), ("torch", old_sparsify)):
         tb._sparsify = fn

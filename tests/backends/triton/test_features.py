@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 import tilesparse as ts
 from tilesparse.backends.reference import feature_mask
 from tilesparse.backends.triton.features import keep_features
-from tilesparse.ir.prepare import head_slots
 
 
 def _selected(x: torch.Tensor, support: torch.Tensor, heads: tuple[int, ...], n_heads: int) -> torch.Tensor:
@@ -43,7 +42,7 @@ def test_keep_features_is_the_masked_input_and_its_gradient(data):
         x = torch.randn((B, Hx + 1, T, D), generator=g).to(dtype)[:, 1:]
     x.requires_grad_(True)
     support = torch.rand((B, len(heads), T, D), generator=g).argsort(-1)[..., :n_keep].to(torch.int32)
-    out = keep_features(x, support, head_slots(heads, H, x.device), H)
+    out = keep_features(x, support, heads, H)
     want = _selected(x.detach(), support, heads, H)
     assert out.dtype == dtype and out.shape == (B, H, T, D)
     assert torch.equal(out, want)
@@ -61,17 +60,23 @@ def test_keep_features_is_the_masked_input_and_its_gradient(data):
 
 
 def test_keep_features_names_bad_arguments():
+    """Bad shapes, strides, dtypes and head lists are refused by name, before any launch (a
+    support with fewer rows of heads than the head list names would be read past its end)."""
     x = torch.randn(1, 2, 8, 16)
     support = torch.zeros((1, 2, 8, 4), dtype=torch.int32)
-    slots = head_slots((0, 1), 2, x.device)
     with pytest.raises(ValueError, match="unit stride along D"):
-        keep_features(x.transpose(2, 3), support, slots, 2)
+        keep_features(x.transpose(2, 3), support, (0, 1), 2)
     with pytest.raises(ValueError, match="query heads"):
-        keep_features(x, support, slots, 3)
+        keep_features(x, support, (0, 1), 3)
+    for heads in ((0, 0), (0, 2), (-1, 1)):
+        with pytest.raises(ValueError, match="heads must be distinct"):
+            keep_features(x, support, heads, 2)
     with pytest.raises(ValueError, match="support must be"):
-        keep_features(x, support.long(), slots, 2)
+        keep_features(x, support, (1,), 2)
     with pytest.raises(ValueError, match="support must be"):
-        keep_features(x, support[:, :, :5], slots, 2)
+        keep_features(x, support.long(), (0, 1), 2)
+    with pytest.raises(ValueError, match="support must be"):
+        keep_features(x, support[:, :, :5], (0, 1), 2)
 
 
 @pytest.mark.parametrize("value", [float("inf"), float("nan")], ids=["inf", "nan"])

@@ -15,7 +15,6 @@ from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
 from ...ir import AttentionInputs, DotScore, HeadGroup, PreparedGroup
-from ...ir.prepare import head_slots
 from ..base import Backend, register
 from ..builder import register_builder
 from .availability import device_reasons, triton_reasons
@@ -120,8 +119,7 @@ def _sparsify(q: Tensor, k: Tensor, g: PreparedGroup, inputs: AttentionInputs) -
     they are (one launch a side, features.py)."""
     from .features import keep_features
 
-    slots = head_slots(g.heads, inputs.heads, q.device)  # a cached device constant: no upload per call
-    return keep_features(q, g.q_support, slots, inputs.heads), keep_features(k, g.k_support, slots, inputs.heads)
+    return keep_features(q, g.q_support, g.heads, inputs.heads), keep_features(k, g.k_support, g.heads, inputs.heads)
 
 
 register(TritonBackend())

@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from ...ir.prepare import head_slots
 from ..first_order import first_order_only
 from .launch import lean
 
@@ -106,23 +107,24 @@ def _launch(x: Tensor, support: Tensor, slots: Tensor, heads_out: int, n_src: in
     return out
 
 
-def keep_features(x: Tensor, support: Tensor, slots: Tensor, n_heads: int) -> Tensor:
+def keep_features(x: Tensor, support: Tensor, heads: tuple[int, ...], n_heads: int) -> Tensor:
     """x (B, Hx, T, D) with unit stride along D, as (B, n_heads, T, D): query head h reads x's
-    head ``h // (n_heads // Hx)`` with the features outside ``support[:, slots[h]]`` zeroed
-    (support: (B, Hg, T, k) int32 feature ids; ``slots`` from ``ir.prepare.head_slots``, -1 passes
-    the head as it is). Differentiable w.r.t. x (first order): the gradient keeps the same
-    features and sums each kv head's query heads."""
+    head ``h // (n_heads // Hx)``; for the group's query heads ``heads`` (distinct, any order)
+    the features outside their row of ``support`` ((B, len(heads), T, k) int32 feature ids, in
+    ``heads``' order) are zeroed, the other heads pass as they are. Differentiable w.r.t. x
+    (first order): the gradient keeps the same features and sums each kv head's query heads."""
     B, Hx, T, D = x.shape
-    if x.stride(-1) != 1 or n_heads % Hx or slots.shape != (n_heads,) or slots.dtype != torch.int32:
-        raise ValueError(
-            f"x {tuple(x.shape)} (stride {x.stride()}) with {tuple(slots.shape)} {slots.dtype} head slots does "
-            f"not fit {n_heads} query heads: x needs unit stride along D, slots int32 of one entry a head"
-        )
-    if support.dim() != 4 or support.shape[0] != B or support.shape[2] != T or support.dtype != torch.int32:
-        raise ValueError(f"support must be (B={B}, heads, T={T}, k) int32 feature ids, got "
-                         f"{tuple(support.shape)} {support.dtype}")  # fmt: skip
+    if x.stride(-1) != 1 or Hx == 0 or n_heads % Hx:
+        raise ValueError(f"x {tuple(x.shape)} (stride {x.stride()}) does not fit {n_heads} query heads: "
+                         "x needs unit stride along D and a head count dividing them")  # fmt: skip
+    if len(set(heads)) != len(heads) or not all(0 <= h < n_heads for h in heads):
+        raise ValueError(f"heads must be distinct query heads in [0, {n_heads}), got {heads}")
+    if support.dim() != 4 or support.shape[:3] != (B, len(heads), T) or support.dtype != torch.int32:
+        raise ValueError(f"support must be ({B}, {len(heads)}, {T}, k) int32 feature ids (one row of heads a "
+                         f"head), got {tuple(support.shape)} {support.dtype}")  # fmt: skip
     if support.stride(-1) != 1:
         support = support.contiguous()
+    slots = head_slots(heads, n_heads, x.device)  # a cached device constant: no upload per call
     return _KeptFeatures.apply(x, support, slots, n_heads)
 
 

@@ -522,9 +522,10 @@ def _pool(jobs: int):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Compile every variant and print one JSON line per variant (run without the interpreter:
-    ``TRITON_INTERPRET=0 python -m tilesparse.backends.triton.sm90``); ``--spill-tables`` prints
-    the variants that spill, as the compile test's tables, instead."""
+    """Compile every variant (or those ``--only`` names, in ``--jobs`` processes) and print one
+    JSON line per variant (run without the interpreter: ``TRITON_INTERPRET=0 python -m
+    tilesparse.backends.triton.sm90``); ``--spill-tables`` prints the variants that spill, as the
+    compile test's tables, instead."""
     import argparse
 
     from .op import interpreting

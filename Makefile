@@ -36,11 +36,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
-# every Triton kernel variant compiled for sm_90 and held to its spill table, the fp16, fp32 and
-# sanitizing ones included (marked slow: CI compiles the bf16 ones); no GPU needed, one compile
-# process per core (minutes on a few cores)
+# every Triton and Gluon kernel variant compiled for sm_90 and held to its spill table, the fp16,
+# fp32 and sanitizing ones included (marked slow: CI compiles the bf16 ones); no GPU needed, one
+# compile process per core (minutes on a few cores)
 test-compile-all: $(STAMP)
-	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -m 'slow or not gpu' tests/backends/triton/test_compile_sm90.py
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -m 'slow or not gpu' tests/backends/triton/test_compile_sm90.py \
+		tests/backends/triton/test_compile_gluon_sm90.py
 
 # on a machine with a CUDA GPU: that machine's own python, torch and triton, the
 # kernels compiled (TRITON_INTERPRET=0: tests/conftest.py would default it to the interpreter),

@@ -25,16 +25,20 @@ only where a kernel has a stack frame to spill to.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from tilesparse.backends.triton.sm90 import DROP_CAUSAL, HASH_CAUSAL, SHARED_LIMIT, index_name, index_variants, variants
+from tilesparse.backends.triton.sm90 import (
+    DROP_CAUSAL,
+    HASH_CAUSAL,
+    SHARED_LIMIT,
+    compile_in_child,
+    index_name,
+    index_variants,
+    variants,
+)
 from tilesparse.backends.triton.versions import installed_triton, nearest_measured
 
 # loop_spills_sm90.json: Triton release -> "unchanged" and "sanitizing" variants -> rows
@@ -121,28 +125,16 @@ PARAMS = [pytest.param(v, id=str(v), marks=() if _in_ci(v) else pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def reports(request) -> dict[str, dict]:
-    """Compile the variants this session's selected tests read, in a child process (this one runs
-    Triton's interpreter, whose kernels cannot be compiled), one compile process per core."""
+def reports(selected_params) -> dict[str, dict]:
+    """The variants this session's selected tests read, compiled in a child process (this one
+    runs Triton's interpreter), one compile process per core."""
     wanted = set()
-    for item in request.session.items:
-        params = getattr(item, "callspec", None)
-        if item.module is request.module and params is not None:
-            if "variant" in params.params:
-                wanted.add(str(params.params["variant"]))
-            if "name" in params.params:
-                wanted.add(index_name(params.params["name"], params.params["constexprs"]))
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(sorted(wanted), f)
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    cmd = [sys.executable, "-m", "tilesparse.backends.triton.sm90", "--only", f.name, "--jobs", str(os.cpu_count() or 1)]
-    try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
-    finally:
-        os.unlink(f.name)
-    assert done.returncode == 0, f"compiling for sm_90 failed:\n{done.stderr[-4000:]}"
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return {r["variant"]: r for r in rows}
+    for params in selected_params:
+        if "variant" in params:
+            wanted.add(str(params["variant"]))
+        if "name" in params:
+            wanted.add(index_name(params["name"], params["constexprs"]))
+    return compile_in_child(wanted)
 
 
 @pytest.mark.parametrize("variant", PARAMS)

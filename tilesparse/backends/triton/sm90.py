@@ -14,8 +14,10 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import types
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -496,9 +498,22 @@ def index_name(name: str, constexprs: dict) -> str:
     return f"index {name} {constexprs}"
 
 
+# the warp-specialized kernels' variants: kind -> (name of a variant, the variants, compile)
+_GLUON = {
+    "gluon_dkdv": (gluon_variant_name, gluon_dkdv_variants, compile_gluon_dkdv),
+    "gluon_dq": (gluon_dq_variant_name, gluon_dq_variants, compile_gluon_dq),
+    "gluon_fwd": (gluon_fwd_variant_name, gluon_fwd_variants, compile_gluon_fwd),
+}
+
+
 def _compile_row(work: tuple[str, str]) -> dict:
-    """One JSON line of main(): ``("variant", str(Variant))`` or ``("index", index_name(...))``."""
+    """One JSON line of main(): ``("variant", str(Variant))``, ``("index", index_name(...))`` or
+    a Gluon kernel's (``_GLUON``'s kind, its variant's name)."""
     kind, name = work
+    if kind in _GLUON:
+        named, listed, compile_ = _GLUON[kind]
+        v = next(v for v in listed() if named(*v) == name)
+        return dict(variant=name, head_dim=v[1], **report(compile_(*v)).__dict__)
     if kind == "index":
         n, const = next((n, c) for n, c in index_variants() if index_name(n, c) == name)
         return {"variant": name, "kernel": n, **report(compile_index_kernel(n, const)).__dict__}
@@ -521,9 +536,28 @@ def _pool(jobs: int):
         yield pool
 
 
+def compile_in_child(names: Iterable[str], *, gluon: bool = False, timeout: float = 1200) -> dict[str, dict]:
+    """:func:`main` in a child process for the variants ``names`` (``--gluon``: the
+    warp-specialized kernels'), one compile process per core: variant name -> its JSON line.
+    A child because a process running Triton's interpreter cannot compile kernels; a
+    ``RuntimeError`` with the child's stderr when it fails."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(sorted(names), f)
+    cmd = [sys.executable, "-m", __name__, "--only", f.name, "--jobs", str(os.cpu_count() or 1)] + ["--gluon"] * gluon
+    try:
+        done = subprocess.run(cmd, env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+    finally:
+        os.unlink(f.name)
+    if done.returncode != 0:
+        raise RuntimeError(f"compiling for sm_90 failed:\n{done.stderr[-4000:]}")
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {r["variant"]: r for r in rows}
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Compile every variant (or those ``--only`` names, in ``--jobs`` processes) and print one
-    JSON line per variant (run without the interpreter: ``TRITON_INTERPRET=0 python -m
+    """Compile every variant (or those ``--only`` names, in ``--jobs`` processes; with ``--gluon``
+    the warp-specialized kernels' instead) and print one JSON line per variant (run without the interpreter: ``TRITON_INTERPRET=0 python -m
     tilesparse.backends.triton.sm90``); ``--spill-tables`` prints the variants that spill, as the
     compile test's tables, instead."""
     import argparse
@@ -554,18 +588,10 @@ def main(argv: list[str] | None = None) -> None:
                 print(json.dumps(dict(config=override, variant=str(v), **report(compile_variant(v)).__dict__)), flush=True)
         return
     if args.gluon:
-        for v in gluon_dkdv_variants():
-            r = report(compile_gluon_dkdv(*v))
-            print(json.dumps(dict(variant=gluon_variant_name(*v), head_dim=v[1], **r.__dict__)), flush=True)
-        for v in gluon_dq_variants():
-            r = report(compile_gluon_dq(*v))
-            print(json.dumps(dict(variant=gluon_dq_variant_name(*v), head_dim=v[1], **r.__dict__)), flush=True)
-        for v in gluon_fwd_variants():
-            r = report(compile_gluon_fwd(*v))
-            print(json.dumps(dict(variant=gluon_fwd_variant_name(*v), head_dim=v[1], **r.__dict__)), flush=True)
-        return
+        work = [(kind, name(*v)) for kind, (name, listed, _) in _GLUON.items() for v in listed()]
+    else:
+        work = [("variant", str(v)) for v in variants()] + [("index", index_name(n, c)) for n, c in index_variants()]
     only = set(json.loads(Path(args.only).read_text())) if args.only else None
-    work = [("variant", str(v)) for v in variants()] + [("index", index_name(n, c)) for n, c in index_variants()]
     work = [w for w in work if only is None or w[1] in only]
     if only is not None and len(work) != len(only):
         raise SystemExit(f"--only names {len(only) - len(work)} variants this tree does not have")
@@ -573,9 +599,9 @@ def main(argv: list[str] | None = None) -> None:
     with _pool(args.jobs) as pool:
         for row in pool.map(_compile_row, work):
             rows.append(row)
-            if not args.spill_tables:
+            if args.gluon or not args.spill_tables:
                 print(json.dumps(row), flush=True)
-    if args.spill_tables:
+    if args.spill_tables and not args.gluon:
         import triton
 
         print(f"in-loop spills, Triton {triton.__version__}")

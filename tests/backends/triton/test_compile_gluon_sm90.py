@@ -46,7 +46,7 @@ FWD_VARIANTS = _params(gluon_fwd_variants, gluon_fwd_variant_name)
 @pytest.fixture(scope="module")
 def reports(selected_params) -> dict[str, dict]:
     """The variants this session's selected tests read, compiled in a child process (this one
-    runs Triton's interpreter), one compile process per core."""
+    runs Triton's interpreter; sm90.compile_in_child)."""
     return compile_in_child({p["variant"] for p in selected_params}, gluon=True, timeout=900)
 
 

@@ -127,7 +127,7 @@ PARAMS = [pytest.param(v, id=str(v), marks=() if _in_ci(v) else pytest.mark.slow
 @pytest.fixture(scope="module")
 def reports(selected_params) -> dict[str, dict]:
     """The variants this session's selected tests read, compiled in a child process (this one
-    runs Triton's interpreter), one compile process per core."""
+    runs Triton's interpreter; sm90.compile_in_child)."""
     wanted = set()
     for params in selected_params:
         if "variant" in params:

@@ -538,12 +538,15 @@ def _pool(jobs: int):
 
 def compile_in_child(names: Iterable[str], *, gluon: bool = False, timeout: float = 1200) -> dict[str, dict]:
     """:func:`main` in a child process for the variants ``names`` (``--gluon``: the
-    warp-specialized kernels'), one compile process per core: variant name -> its JSON line.
-    A child because a process running Triton's interpreter cannot compile kernels; a
-    ``RuntimeError`` with the child's stderr when it fails."""
+    warp-specialized kernels'): variant name -> its JSON line. A child because a process running
+    Triton's interpreter cannot compile kernels; a ``RuntimeError`` with the child's stderr when
+    it fails. Compile processes: one per core, shared among pytest-xdist's workers (each of CI's
+    two workers gets one: more would only contend for its two cores)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    jobs = max(1, (os.cpu_count() or 1) // workers)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(sorted(names), f)
-    cmd = [sys.executable, "-m", __name__, "--only", f.name, "--jobs", str(os.cpu_count() or 1)] + ["--gluon"] * gluon
+    cmd = [sys.executable, "-m", __name__, "--only", f.name, "--jobs", str(jobs)] + ["--gluon"] * gluon
     try:
         done = subprocess.run(cmd, env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True,
                               timeout=timeout)  # fmt: skip

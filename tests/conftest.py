@@ -39,9 +39,9 @@ def pytest_configure(config):
 
 
 # the CPU suite's longest files, longest first (seconds on a 2-core machine, each beside the other
-# worker's load: the sm_90 compile of the bf16 kernel variants and the index kernels ~120-200 cold
-# on two compile processes, the random-pattern property test ~160 (20 examples), the rest
-# 60-150); xdist's own order (most tests first) started the
+# worker's load: the sm_90 compile of the bf16 kernel variants and the index kernels ~200-270
+# cold, the random-pattern property test ~160-260 (20 examples), the rest 60-150); xdist's own
+# order (most tests first) started the
 # one-test property file last, and one worker ran it alone for four minutes
 SLOW_FILES = (
     "tests/backends/triton/test_compile_sm90.py",

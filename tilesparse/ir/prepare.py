@@ -26,6 +26,7 @@ tiles are exactly the non-empty ones when each block holds one segment per bucke
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -259,10 +260,16 @@ def head_map(heads: tuple[int, ...], device: torch.device) -> Tensor:
 def head_slots(heads: tuple[int, ...], n_heads: int, device: torch.device) -> Tensor:
     """int32 (n_heads,): the position of each of the call's ``n_heads`` query heads in the
     group's ``heads``, -1 for a head outside it (kept, as :func:`head_map`)."""
+    return device_constant(_slots(heads, n_heads), torch.int32, torch.device(device))
+
+
+@functools.lru_cache(maxsize=256)
+def _slots(heads: tuple[int, ...], n_heads: int) -> tuple[int, ...]:
+    """:func:`head_slots`' values, made once per head list (a call asks twice: q and k)."""
     slots = [-1] * n_heads
     for i, h in enumerate(heads):
         slots[h] = i
-    return device_constant(tuple(slots), torch.int32, torch.device(device))
+    return tuple(slots)
 
 
 def head_index(heads: tuple[int, ...], device: torch.device) -> Tensor:

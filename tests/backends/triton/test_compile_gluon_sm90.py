@@ -1,16 +1,16 @@
 """The warp-specialized dK/dV, dQ and forward kernels (gluon_dkdv.py, gluon_dq.py, gluon_fwd.py), every listed launch
 variant compiled for the H200 (sm_90) on the CPU.
 
-Gluon kernels do not run under the interpreter, so this is what CI checks of it (its bf16
-variants; ``make test-compile-all`` the fp16 ones too): each variant compiles, its shared memory fits a block, and its in-loop spills (LDL/STL between a backward
-branch's target and the branch, sm90._loop_spills) stay at or below the count measured per
-release and head dim. The counts, of ``python -m tilesparse.backends.triton.sm90 --gluon`` on
-2026-12-02: with Triton 3.6 (the release the kernel is run with on the GPU) at most 9 at D=64
-and 37 at D=128, and 3.7.1 (what `make test` installs; no GPU ran it) 9 and 46. The spills sit
-in the variants with a bucket predicate (the buckets' registers) and at D=128. The dQ kernel's
-variants spilled nothing with either release (2026-12-02), nor did the forward kernel's. Their
-exactness rests on the GPU tests (tests/gpu/test_gluon_dkdv_gpu.py, test_gluon_dq_gpu.py,
-test_gluon_fwd_gpu.py).
+Gluon kernels do not run under the interpreter, so this is what CI checks of it (its bf16 variants;
+``make test-compile-all`` the fp16 ones too): each variant compiles, its shared memory fits a
+block, and its in-loop spills (LDL/STL between a backward branch's target and the branch,
+sm90._loop_spills) stay at or below the count measured per release and head dim. The counts, of
+``python -m tilesparse.backends.triton.sm90 --gluon`` on 2026-12-02: with Triton 3.6 (the release
+the kernel is run with on the GPU) at most 9 at D=64 and 37 at D=128, and 3.7.1 (what `make test`
+installs; no GPU ran it) 9 and 46. The spills sit in the variants with a bucket predicate (the
+buckets' registers) and at D=128. The dQ kernel's variants spilled nothing with either release
+(2026-12-02), nor did the forward kernel's. Their exactness rests on the GPU tests
+(tests/gpu/test_gluon_dkdv_gpu.py, test_gluon_dq_gpu.py, test_gluon_fwd_gpu.py).
 """
 
 from __future__ import annotations

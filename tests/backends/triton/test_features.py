@@ -16,12 +16,19 @@ from tilesparse.backends.reference import feature_mask
 from tilesparse.backends.triton.features import keep_features
 
 
+def _keep(support: torch.Tensor, heads: tuple[int, ...], n_heads: int, D: int) -> torch.Tensor:
+    """The definition in torch: (B, n_heads, T, D) True where an element stays (every feature of
+    a head outside ``heads``, the support's features of one inside)."""
+    B, _, T, _ = support.shape
+    keep = torch.ones((B, n_heads, T, D), dtype=torch.bool)
+    keep[:, list(heads)] = feature_mask(support, D, torch.float32).bool()
+    return keep
+
+
 def _selected(x: torch.Tensor, support: torch.Tensor, heads: tuple[int, ...], n_heads: int) -> torch.Tensor:
-    """The definition in torch: x per query head, the group's heads through their feature mask."""
+    """x per query head, the group's heads through their feature mask."""
     xr = x.repeat_interleave(n_heads // x.shape[1], dim=1)
-    keep = torch.ones(xr.shape, dtype=torch.bool)
-    keep[:, list(heads)] = feature_mask(support, x.shape[-1], torch.float32).bool()
-    return torch.where(keep, xr, 0.0)
+    return torch.where(_keep(support, heads, n_heads, x.shape[-1]), xr, 0.0)
 
 
 @settings(max_examples=20)
@@ -49,9 +56,7 @@ def test_keep_features_is_the_masked_input_and_its_gradient(data):
     grad = torch.randn((B, H, T, D), generator=g).to(dtype)
     (got,) = torch.autograd.grad(out, x, grad)
     # fp32 sums in head order, one cast (the interpreter's bf16 cast truncates: within an ulp)
-    keep = torch.ones((B, H, T, D), dtype=torch.bool)
-    keep[:, list(heads)] = feature_mask(support, D, torch.float32).bool()
-    summed = torch.where(keep, grad.float(), 0.0).view(B, Hx, group, T, D).sum(2)
+    summed = torch.where(_keep(support, heads, H, D), grad.float(), 0.0).view(B, Hx, group, T, D).sum(2)
     if dtype == torch.float32:
         torch.testing.assert_close(got, summed, rtol=1e-6, atol=1e-6)
     else:

@@ -4,8 +4,8 @@ index builder (``builder.py``: layout and ranges in kernels, for any backend's g
 It runs on CUDA GPUs, and on the CPU under ``TRITON_INTERPRET=1`` (how CI tests it). Rows are
 read and written through the layout's orders, so gather, attend and scatter are one kernel.
 TopKFeatures runs as dense tiles over the sparsified q~ and k~ (``features.py``: one launch a
-side, and one a side for their gradients). Without triton installed the backend reports a reason, never an import
-error.
+side, and one a side for their gradients). Without triton installed the backend reports a
+reason, never an import error.
 """
 
 from __future__ import annotations

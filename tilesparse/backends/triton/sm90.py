@@ -506,21 +506,18 @@ _GLUON = {
 }
 
 
-def _compile_row(work: tuple[str, str]) -> dict:
-    """One JSON line of main(): ``("variant", str(Variant))``, ``("index", index_name(...))`` or
-    a Gluon kernel's (``_GLUON``'s kind, its variant's name)."""
-    kind, name = work
+def _compile_row(work: tuple) -> dict:
+    """One JSON line of main() for a work item (kind, variant name, what compiles it): kind
+    ``"variant"`` with a :class:`Variant`, ``"index"`` with (kernel name, constexprs), or a
+    Gluon kind of ``_GLUON`` with that kernel's variant tuple."""
+    kind, name, item = work
     if kind in _GLUON:
-        named, listed, compile_ = _GLUON[kind]
-        v = next(v for v in listed() if named(*v) == name)
-        return dict(variant=name, head_dim=v[1], **report(compile_(*v)).__dict__)
+        return dict(variant=name, head_dim=item[1], **report(_GLUON[kind][2](*item)).__dict__)
     if kind == "index":
-        n, const = next((n, c) for n, c in index_variants() if index_name(n, c) == name)
-        return {"variant": name, "kernel": n, **report(compile_index_kernel(n, const)).__dict__}
-    v = next(v for v in variants() if str(v) == name)
-    r = report(compile_variant(v))
+        return {"variant": name, "kernel": item[0], **report(compile_index_kernel(*item)).__dict__}
+    v = item
     return dict(variant=name, kernel=v.kernel, dtype=str(v.dtype), head_dim=v.head_dim, gqa=v.gqa,
-                sanitize=v.sanitize, drop=v.drop, **r.__dict__)  # fmt: skip
+                sanitize=v.sanitize, drop=v.drop, **report(compile_variant(v)).__dict__)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -560,9 +557,9 @@ def compile_in_child(names: Iterable[str], *, gluon: bool = False, timeout: floa
 
 def main(argv: list[str] | None = None) -> None:
     """Compile every variant (or those ``--only`` names, in ``--jobs`` processes; with ``--gluon``
-    the warp-specialized kernels' instead) and print one JSON line per variant (run without the interpreter: ``TRITON_INTERPRET=0 python -m
-    tilesparse.backends.triton.sm90``); ``--spill-tables`` prints the variants that spill, as the
-    compile test's tables, instead."""
+    the warp-specialized kernels' instead) and print one JSON line per variant (run without the
+    interpreter: ``TRITON_INTERPRET=0 python -m tilesparse.backends.triton.sm90``);
+    ``--spill-tables`` prints the variants that spill, as the compile test's tables, instead."""
     import argparse
 
     from .op import interpreting
@@ -591,9 +588,10 @@ def main(argv: list[str] | None = None) -> None:
                 print(json.dumps(dict(config=override, variant=str(v), **report(compile_variant(v)).__dict__)), flush=True)
         return
     if args.gluon:
-        work = [(kind, name(*v)) for kind, (name, listed, _) in _GLUON.items() for v in listed()]
+        work = [(kind, name(*v), v) for kind, (name, listed, _) in _GLUON.items() for v in listed()]
     else:
-        work = [("variant", str(v)) for v in variants()] + [("index", index_name(n, c)) for n, c in index_variants()]
+        work = [("variant", str(v), v) for v in variants()]
+        work += [("index", index_name(n, c), (n, c)) for n, c in index_variants()]
     only = set(json.loads(Path(args.only).read_text())) if args.only else None
     work = [w for w in work if only is None or w[1] in only]
     if only is not None and len(work) != len(only):

@@ -26,6 +26,8 @@ The normal path stays where the lean one cannot stand in: under ``TRITON_INTERPR
 CPU tests), with Triton's launch hooks set (profilers), on a kernel whose compile-time
 parameters do not all come last, and on Triton versions whose internals this was not checked
 against (:data:`LEAN_TRITON`); a kernel compiled asynchronously is resolved on its first hit.
+Under the interpreter a kernel's first :class:`LeanKernel` also puts the interpreter's exact
+speed-ups in place (``interpreter.speed_up_interpreter``).
 """
 
 from __future__ import annotations
@@ -168,6 +170,13 @@ def _is_jit_function(fn) -> bool:
     return type(fn) is JITFunction
 
 
+def _is_interpreted(fn) -> bool:
+    """A kernel that TRITON_INTERPRET=1 made the interpreter's stand-in."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(fn, InterpretedFunction)
+
+
 def _listening(hook) -> bool:
     """Whether a launch hook is set: Triton 3.6 keeps an empty ``HookChain`` when none is."""
     return hook is not None and bool(getattr(hook, "calls", True))
@@ -208,6 +217,10 @@ class LeanKernel:
         if enabled is None:
             enabled = self.trailing and _is_jit_function(fn) and lean_supported()
         self.enabled = enabled
+        if _is_interpreted(fn):  # TRITON_INTERPRET=1: the interpreter's exact speed-ups (interpreter.py)
+            from .interpreter import speed_up_interpreter
+
+            speed_up_interpreter()
         self._stream = _raw_stream()
         self._device = torch.cuda.current_device
 

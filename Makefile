@@ -38,10 +38,12 @@ test: $(STAMP)
 
 # every Triton and Gluon kernel variant compiled for sm_90 and held to its spill table, the fp16,
 # fp32 and sanitizing ones included (marked slow: CI compiles the bf16 ones); no GPU needed, one
-# compile process per core (minutes on a few cores)
+# compile process per core (minutes on a few cores). It writes the reports to
+# tests/backends/triton/sm90_reports.json, which make test reuses while the kernels' sources and
+# Triton are unchanged (tests/backends/triton/compile_cache.py): commit it after a kernel change
 test-compile-all: $(STAMP)
-	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -m 'slow or not gpu' tests/backends/triton/test_compile_sm90.py \
-		tests/backends/triton/test_compile_gluon_sm90.py
+	TILESPARSE_SM90_REPORTS=write TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -m 'slow or not gpu' \
+		tests/backends/triton/test_compile_sm90.py tests/backends/triton/test_compile_gluon_sm90.py
 
 # on a machine with a CUDA GPU: that machine's own python, torch and triton, the
 # kernels compiled (TRITON_INTERPRET=0: tests/conftest.py would default it to the interpreter),

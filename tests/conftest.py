@@ -40,9 +40,10 @@ def pytest_configure(config):
 
 # the CPU suite's longest files, longest first (seconds on a 2-core machine, each beside the other
 # worker's load: the sm_90 compile of the bf16 kernel variants and the index kernels ~200-270
-# cold, the random-pattern property test ~160-260 (20 examples), the rest 60-150); xdist's own
-# order (most tests first) started the
-# one-test property file last, and one worker ran it alone for four minutes
+# cold where the kernels changed since tests/backends/triton/sm90_reports.json was written, under
+# a second otherwise; the random-pattern property test ~80 (20 examples), the rest 30-80); xdist's
+# own order (most tests first) started the one-test property file last, and one worker ran it
+# alone for four minutes
 SLOW_FILES = (
     "tests/backends/triton/test_compile_sm90.py",
     "tests/backends/triton/test_triton_random_patterns.py",

@@ -2,7 +2,8 @@
 variant compiled for the H200 (sm_90) on the CPU.
 
 Gluon kernels do not run under the interpreter, so this is what CI checks of it (its bf16 variants;
-``make test-compile-all`` the fp16 ones too): each variant compiles, its shared memory fits a
+``make test-compile-all`` the fp16 ones too, and it writes the reports that a session with the
+same kernel sources and Triton reuses: compile_cache.py): each variant compiles, its shared memory fits a
 block, and its in-loop spills (LDL/STL between a backward branch's target and the branch,
 sm90._loop_spills) stay at or below the count measured per release and head dim. The counts, of
 ``python -m tilesparse.backends.triton.sm90 --gluon`` on 2026-12-02: with Triton 3.6 (the release
@@ -20,7 +21,6 @@ import torch
 
 from tilesparse.backends.triton.sm90 import (
     SHARED_LIMIT,
-    compile_in_child,
     gluon_dkdv_variants,
     gluon_dq_variant_name,
     gluon_dq_variants,
@@ -29,6 +29,8 @@ from tilesparse.backends.triton.sm90 import (
     gluon_variant_name,
 )
 from tilesparse.backends.triton.versions import installed_triton, nearest_measured
+
+from compile_cache import compiled  # this folder, on sys.path under pytest
 
 # release -> head dim -> the most in-loop spills over that head dim's variants (dK/dV; dQ: none)
 KNOWN_LOOP_SPILLS = {(3, 6): {64: 9, 128: 37}, (3, 7): {64: 9, 128: 46}}
@@ -46,8 +48,9 @@ FWD_VARIANTS = _params(gluon_fwd_variants, gluon_fwd_variant_name)
 @pytest.fixture(scope="module")
 def reports(selected_params) -> dict[str, dict]:
     """The variants this session's selected tests read, compiled in a child process (this one
-    runs Triton's interpreter; sm90.compile_in_child)."""
-    return compile_in_child({p["variant"] for p in selected_params}, gluon=True, timeout=900)
+    runs Triton's interpreter; sm90.compile_in_child), or their reports from the last full compile
+    of these same sources (compile_cache.py)."""
+    return compiled({p["variant"] for p in selected_params}, gluon=True, timeout=900)
 
 
 def test_every_selected_variant_is_compiled(selected_params, reports):

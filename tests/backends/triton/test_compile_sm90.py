@@ -15,9 +15,11 @@ versions.py does for defects): a compiler that spills more fails until its table
 when a compiler pass drops the segment loop's skip of tiles the previous segment visited (see
 kernels._tiles and versions.CARRIED_SCALAR_FOLDED), and when the gathered tile loads of the
 16-bit kernels are not software-pipelined (cp.async). The index-building kernels (index.py)
-must compile without in-loop spills too. CI compiles the bf16 variants the benchmarks time and
+must compile without in-loop spills too. CI checks the bf16 variants the benchmarks time and
 the index kernels (about 4 minutes of one core cold); the fp16, fp32 and sanitizing variants are
-marked ``slow`` (``make test-compile-all`` runs every variant, one compile process per core).
+marked ``slow`` (``make test-compile-all`` runs every variant, one compile process per core, and
+writes every report to sm90_reports.json: a session whose kernel sources and Triton match the
+file's takes the reports from it, any other compiles them; compile_cache.py).
 Triton caches builds under build/triton-cache; the SASS, 0.4 s of disassembly a kernel, is read
 only where a kernel has a stack frame to spill to.
 """
@@ -34,12 +36,13 @@ from tilesparse.backends.triton.sm90 import (
     DROP_CAUSAL,
     HASH_CAUSAL,
     SHARED_LIMIT,
-    compile_in_child,
     index_name,
     index_variants,
     variants,
 )
 from tilesparse.backends.triton.versions import installed_triton, nearest_measured
+
+from compile_cache import compiled  # this folder, on sys.path under pytest
 
 # loop_spills_sm90.json: Triton release -> "unchanged" and "sanitizing" variants -> rows
 # [kernel, dtype, head dim, gqa, count], the most in-loop LDL/STL over a key's flag variants; a
@@ -127,14 +130,15 @@ PARAMS = [pytest.param(v, id=str(v), marks=() if _in_ci(v) else pytest.mark.slow
 @pytest.fixture(scope="module")
 def reports(selected_params) -> dict[str, dict]:
     """The variants this session's selected tests read, compiled in a child process (this one
-    runs Triton's interpreter; sm90.compile_in_child)."""
+    runs Triton's interpreter; sm90.compile_in_child), or their reports from the last full compile
+    of these same sources (compile_cache.py)."""
     wanted = set()
     for params in selected_params:
         if "variant" in params:
             wanted.add(str(params["variant"]))
         if "name" in params:
             wanted.add(index_name(params["name"], params["constexprs"]))
-    return compile_in_child(wanted)
+    return compiled(wanted, gluon=False)
 
 
 @pytest.mark.parametrize("variant", PARAMS)

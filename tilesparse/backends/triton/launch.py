@@ -33,6 +33,7 @@ speed-ups in place (``interpreter.speed_up_interpreter``).
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Sequence
 from functools import reduce
 from operator import attrgetter, itemgetter, or_
@@ -171,10 +172,10 @@ def _is_jit_function(fn) -> bool:
 
 
 def _is_interpreted(fn) -> bool:
-    """A kernel that TRITON_INTERPRET=1 made the interpreter's stand-in."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return isinstance(fn, InterpretedFunction)
+    """A kernel that TRITON_INTERPRET=1 made the interpreter's stand-in (whose module is then
+    loaded: a compiled-path process never imports it for this)."""
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    return interpreter is not None and isinstance(fn, interpreter.InterpretedFunction)
 
 
 def _listening(hook) -> bool:

@@ -1,5 +1,7 @@
-"""A workaround for Triton's CPU interpreter, applied only under TRITON_INTERPRET=1 and only on
-the Triton releases that need it (:data:`.versions.INTERPRETER_BF16_DOT`).
+"""Triton's CPU interpreter made right and faster, under TRITON_INTERPRET=1 only.
+
+The bf16 dot fix applies only on the Triton releases that need it
+(:data:`.versions.INTERPRETER_BF16_DOT`).
 
 The interpreter multiplies bf16 operands of ``tl.dot`` as raw bit patterns (results off by
 ~1e10; triton-lang/triton#11584). The patch converts bf16 operands to fp32 before the product,
@@ -24,8 +26,8 @@ the same values:
   helper call whose language modules are all patched already skips it.
 
 ``tests/backends/triton/test_interpreter_speed.py`` checks each replacement against the
-interpreter's own on the installed Triton; they apply only on the releases whose internals
-they were read against (:data:`FAST_INTERPRETER_TRITON`).
+interpreter's own on the installed Triton (run with 3.6.0 and 3.7.1); they apply only on the
+releases whose internals they were read against (:data:`FAST_INTERPRETER_TRITON`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .versions import INTERPRETER_BF16_DOT, installed_triton
 
 __all__ = [
     "FAST_INTERPRETER_TRITON",
+    "interpreter_original",
     "needs_bf16_dot_patch",
     "patch_bf16_dot",
     "speed_up_interpreter",
@@ -45,8 +48,8 @@ __all__ = [
 _ORIGINAL = None  # the interpreter's own create_dot, once patched
 
 # (major, minor) of the Triton releases whose interpreter internals speed_up_interpreter replaces
-# (_get_np_dtype, ReduceOps.apply_impl, InterpretedFunction.__call__, _patch_lang: read in 3.6.0, 3.7.1, 3.8.0
-# and 3.9.0, where they are the same); elsewhere the interpreter runs as it is
+# (_get_np_dtype, ReduceOps.apply_impl, InterpretedFunction.__call__, _patch_lang: read in 3.6.0,
+# 3.7.1, 3.8.0 and 3.9.0, where they are the same); elsewhere the interpreter runs as it is
 FAST_INTERPRETER_TRITON: frozenset[tuple[int, int]] = frozenset({(3, 6), (3, 7), (3, 8), (3, 9)})
 _SPED_UP: dict = {}  # the interpreter's own functions, once replaced (name -> original)
 

@@ -181,15 +181,18 @@ def _patch_once(interpreter, tl) -> tuple:
     ``GridExecutor``, which restores) is never skipped."""
     call, patch_lang = interpreter.InterpretedFunction.__call__, interpreter._patch_lang
     skip_next = [False]  # set by a helper call, taken by the _patch_lang call it starts with
-    langs: dict = {}  # function -> the language modules in its globals
+    # (function, size of its globals) -> the language modules in its globals: the interpreter's
+    # rewrite of a function adds its own globals (triton.language among them) to the module's
+    langs: dict = {}
 
     def patched(module) -> bool:
         return not tl.core.is_builtin(getattr(module, "load", None))
 
     def helper_call(self, *args, **kwargs):
-        mods = langs.get(self.fn)
+        key = (self.fn, len(self.fn.__globals__))
+        mods = langs.get(key)
         if mods is None:
-            mods = langs[self.fn] = [v for v in self.fn.__globals__.values() if v is tl or v is tl.core]
+            mods = langs[key] = [v for v in self.fn.__globals__.values() if v is tl or v is tl.core]
         skip_next[0] = bool(mods) and all(map(patched, mods))
         try:
             return call(self, *args, **kwargs)

@@ -1,5 +1,7 @@
 """A lean launch against Triton's own, on a no-op kernel, with the lean path's parts timed
-alone (host us per call, 2000 calls back to back, five interleaved rounds). Usage: launch_micro.py OUT.json"""
+alone: us per call, 2000 calls back to back (five interleaved rounds), and with a synchronize
+after each call (``tilesparse.bench.timing.synchronized_ms``, 200 calls: the wait a caller of
+one launch sees). (Run 153 ran an earlier version: back to back alone.) Usage: launch_micro.py OUT.json"""
 import json, statistics, sys, time
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from tilesparse.backends.triton import launch as L  # noqa: E402
 from tilesparse.backends.triton.launch import lean, prepared  # noqa: E402
+from tilesparse.bench.timing import synchronized_ms  # noqa: E402
 
 
 @triton.jit
@@ -61,9 +64,10 @@ res = {k: [] for k in cases}
 for _ in range(5):
     for k, fn in cases.items():
         res[k].append(per_call(fn))
-out = {k: {"median_us": statistics.median(v), "rounds": v} for k, v in res.items()}
+out = {k: {"median_us": statistics.median(v), "rounds": v,
+           "synchronized_us": 1e3 * synchronized_ms(cases[k], torch.device("cuda"), calls=200)} for k, v in res.items()}
 out["lean hits/misses"] = [lk.hits, lk.misses, ls.hits, ls.misses]
 out["lean enabled"] = [lk.enabled, ls.enabled]
 Path(sys.argv[1]).write_text(json.dumps(out, indent=1))
 for k, v in out.items():
-    print(f"{k:32s} {v['median_us']:.2f}" if isinstance(v, dict) else f"{k:32s} {v}")
+    print(f"{k:32s} {v['median_us']:.2f} {v['synchronized_us']:.2f}" if isinstance(v, dict) else f"{k:32s} {v}")

@@ -24,14 +24,14 @@ torch.autograd.set_multithreading_enabled(False)
 dev = torch.device("cuda")
 
 
-def med(fn, n=400, sync=True):
+def med(fn, n=400):
+    """Median host us of ``fn``, each call from an idle device."""
     for _ in range(30):
         fn()
     torch.cuda.synchronize()
     ts_ = []
     for _ in range(n):
-        if sync:
-            torch.cuda.synchronize()
+        torch.cuda.synchronize()
         t = time.perf_counter_ns()
         fn()
         ts_.append(time.perf_counter_ns() - t)

@@ -65,7 +65,7 @@ for _ in range(5):
     for k, fn in cases.items():
         res[k].append(per_call(fn))
 out = {k: {"median_us": statistics.median(v), "rounds": v,
-           "synchronized_us": 1e3 * synchronized_ms(cases[k], torch.device("cuda"), calls=200)} for k, v in res.items()}
+           "synchronized_us": 1e3 * synchronized_ms(cases[k], dev, calls=200)} for k, v in res.items()}
 out["lean hits/misses"] = [lk.hits, lk.misses, ls.hits, ls.misses]
 out["lean enabled"] = [lk.enabled, ls.enabled]
 Path(sys.argv[1]).write_text(json.dumps(out, indent=1))

@@ -57,4 +57,5 @@ def compiled(names: Iterable[str], *, gluon: bool, timeout: float = 1200, report
     if mode == "write":
         stored[kind] = {"key": key, "reports": dict(sorted(made.items()))}
         reports.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
-    return {n: made[n] if n in made else have[n] for n in names if n in made or n in have}
+    found = {**have, **made}
+    return {n: found[n] for n in names if n in found}

@@ -10,8 +10,10 @@ microseconds. Stages, in the order a call runs them:
 - ``decision_checks`` / ``decision_checks_novalidate``: checking given decisions (validate=True /
   False);
 - ``decide``: making the decisions;
-- ``index``: every group's index build (launches only, on the GPU);
-- ``attend_fwd``: the attention forward through the autograd function (inputs need grad);
+- ``index``: every group's index build (launches only, on the GPU), bound to the call's
+  signature as a call runs it (``IndexBuilder.bind``);
+- ``attend_fwd``: the attention forward through the autograd function (inputs need grad), bound
+  likewise (``Backend.bind``);
 - ``attend_fwd_bwd``: that and its backward; ``backward`` is the difference;
 - the whole call: ``call_fwd`` and ``call_fwd_bwd`` with decisions given, ``call_fwd_decide``
   with decisions made, each host-only (``*_host``: no synchronize inside the loop) and
@@ -196,20 +198,25 @@ def probe_pattern(name, spec, shape, args, device, counter) -> dict:
     rows["index_builders"] = [a.builder.NAME if a.builder else None for a in plan.assignments]
 
     indexed = sorted({s.group for s in plan.steps if s.kind == "index"})
+    # each step as a call runs it: bound once to the call's signature (tilesparse.execute)
+    builds = {i: plan.assignments[i].builder.bind(plan.program, plan.assignments[i].group, plan.assignments[i].heads, inputs)
+              for i in indexed}  # fmt: skip
 
     def index():
         out = []
         for i in indexed:
             a = plan.assignments[i]
-            out.append((a, a.builder.build(plan.program, a.group, a.heads, with_dense_heads(dec, a.dense_heads), inputs)))
+            out.append((a, builds[i](with_dense_heads(dec, a.dense_heads), inputs)))
         return out
 
     prepared = index()
     rows["index"] = t(index)
     rows["launches_index"] = counter.per_call(index, device)
 
+    attends = [a.backend.bind(a.group, a.heads, inputs) for a, _ in prepared]
+
     def attend():
-        return [a.backend.attend(g, inputs) for a, g in prepared]
+        return [bound(g, inputs) for bound, (a, g) in zip(attends, prepared, strict=True)]
 
     def attend_fb():
         outs = attend()

@@ -20,7 +20,7 @@ from . import library
 from .backends import BUILDERS, id_check_for
 from .backends import REGISTRY as BACKENDS
 from .backends.reference import feature_mask, masked_attention
-from .decide import DeferredHash, lsh_part, make_decisions
+from .decide import DeferredHash, decide_setup, lsh_part, make_decisions
 from .execute import Decide, execute, with_dense_heads
 from .graphs import CudaGraphRecorder, GraphedCalls, GraphStats
 from .inference import KVCache, attend_cached
@@ -28,6 +28,7 @@ from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, check_sc
 from .patterns import Decisions, SpecBase, check_decisions, decision_errors, parse_spec
 from .patterns.criteria import get_criterion
 from .patterns.decision_errors import DeviceErrors, check_on_device, poisoned, rows_for
+from .patterns.decisions import plain_tensor
 from .patterns.specs import TopKFeatures
 from .planner import Plan, make_plan
 from .randomness import check_seed, op_generator
@@ -113,7 +114,11 @@ class CompiledAttention:
         # whether a registered (not built-in) criterion decides: its ids are checked per call;
         # computed once, here (dynamo does not trace pydantic's attribute lookups)
         self._user_criteria = _user_criteria(spec)
+        # what the given decisions are checked against, from the (frozen) spec once
+        self._needed = spec.decision_fields
+        self._ranges = (_buckets(spec), _support_k(spec))
         self._plans: dict[tuple, Plan] = {}
+        self._signatures: dict[tuple, tuple[Plan, float]] = {}  # per call signature: its plan, scale
         self.stats = PlanStats()
         self._last: tuple[PreparedGroup, ...] = ()  # the last call's index tensors, for explain()
         self._key = library.register(self)
@@ -165,7 +170,7 @@ class CompiledAttention:
         padded variants, the op's generators (a copy reseeds from ``seed``) and its device-side
         error records."""
         state = dict(self.__dict__)
-        for name in ("_plans", "_last", "_key", "_variants", "_generators", "_errors", "_graphs"):
+        for name in ("_plans", "_signatures", "_last", "_key", "_variants", "_generators", "_errors", "_graphs"):
             state.pop(name, None)
         return state
 
@@ -173,7 +178,10 @@ class CompiledAttention:
         """A copy plans afresh and registers under a key of its own in this process: a key
         taken from another process (or from the original) could name another op here."""
         self.__dict__.update(state)
+        self._needed = self.spec.decision_fields
+        self._ranges = (_buckets(self.spec), _support_k(self.spec))
         self._plans = {}
+        self._signatures = {}
         self._last = ()
         self._key = library.register(self)
 
@@ -190,18 +198,25 @@ class CompiledAttention:
         return self._decide(inputs, generator)[0]
 
     def _decide(
-        self, inputs: AttentionInputs, generator, fused=None, poison: list | None = None
+        self, inputs: AttentionInputs, generator, fused=None, poison: list | None = None, memo: dict | None = None
     ) -> tuple[Decisions, DeferredHash | None]:
         """The spec's decisions (``tilesparse.decide``), trusted; ``fused``: the builder whose
-        index build may hash the lsh buckets. On a GPU a user criterion's ids are not read back
-        (criteria.py): a call (``poison`` given) checks them here on the device, adding its
-        poison to ``poison``; otherwise they come back untrusted, for the call that runs them."""
+        index build may hash the lsh buckets; ``memo``: the bound decide step's (its
+        :func:`~tilesparse.decide.decide_setup` is worked out once there). On a GPU a user
+        criterion's ids are not read back (criteria.py): a call (``poison`` given) checks them
+        here on the device, adding its poison to ``poison``; otherwise they come back
+        untrusted, for the call that runs them."""
         # decisions are not differentiable: no autograd graph over the hashing or the top-k
         if generator is None:
             generator = op_generator(self, inputs.device)
         on_device = inputs.device.type in decision_errors.DEFERRED_DEVICES and self._user_criteria
+        setup = None
+        if memo is not None and plain_tensor(inputs.q):  # a traced call's fake tensors work theirs out anew
+            setup = memo.get("setup")
+            if setup is None:
+                setup = memo["setup"] = decide_setup(self.spec, inputs)
         with torch.no_grad():
-            dec, deferred = make_decisions(self.spec, inputs, generator, fused=fused, check_ids=not on_device)
+            dec, deferred = make_decisions(self.spec, inputs, generator, fused=fused, check_ids=not on_device, setup=setup)
         if not on_device:
             return dec.trusted(self.spec), deferred
         return (dec if poison is None else self._check_on_device(dec, inputs, poison)), deferred
@@ -211,8 +226,8 @@ class CompiledAttention:
     ) -> Decide:
         """The plan's decide step: the op's own decisions, or the given ones checked."""
         if decisions is None:
-            return lambda fused: self._decide(inputs, generator, fused, poison)
-        return lambda fused: (self._decisions(inputs, decisions, generator, poison=poison), None)
+            return lambda fused, memo: self._decide(inputs, generator, fused, poison, memo)
+        return lambda fused, memo: (self._decisions(inputs, decisions, generator, poison=poison), None)
 
     def _check_spec_fits(self, inputs: AttentionInputs) -> None:
         if bad := [h for h in getattr(self.spec, "dense_heads", ()) if h >= inputs.heads]:  # no tensor per call
@@ -239,17 +254,18 @@ class CompiledAttention:
         checked = not decisions.trusted_for(self.spec)
         deferred = checked and self.validate and not host and inputs.device.type in decision_errors.DEFERRED_DEVICES
         host = checked and not deferred and (self.validate or inputs.device.type != "cuda")
+        buckets, support_k = self._ranges
         check_decisions(
             decisions,
-            needed=self.spec.decision_fields,
+            needed=self._needed,
             batch=inputs.batch,
             heads=inputs.heads,
             q_len=inputs.q_len,
             k_len=inputs.k_len,
             head_dim=inputs.head_dim,
             device=inputs.device,
-            buckets=_buckets(self.spec),
-            support_k=_support_k(self.spec),
+            buckets=buckets,
+            support_k=support_k,
             values=host,
             device_values=checked and not host and not deferred,
         )
@@ -308,6 +324,24 @@ class CompiledAttention:
         else:
             self.stats.hits += 1
         return plan
+
+    def _checked(self, q: Tensor, k: Tensor, v: Tensor, *, decides: bool) -> tuple[AttentionInputs, Plan]:
+        """``check_inputs``, the spec's fit and the plan of a call. What they check and choose
+        is a function of the call's signature (shapes, dtypes, devices, whether gradients are
+        needed, whether it makes its decisions): a signature seen before reuses its plan."""
+        grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+        sig = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device, v.device, grad, decides)
+        hit = self._signatures.get(sig)
+        if hit is not None:
+            self.stats.hits += 1
+            return AttentionInputs(q, k, v, hit[1]), hit[0]
+        inputs = check_inputs(q, k, v, scale=self.scale)
+        self._check_spec_fits(inputs)
+        plan = self._plan(inputs, decides=decides)
+        if len(self._signatures) >= _SIGNATURES:
+            self._signatures.clear()
+        self._signatures[sig] = (plan, inputs.scale)
+        return inputs, plan
 
     @with_sdpa_keywords
     def __call__(
@@ -383,10 +417,8 @@ class CompiledAttention:
         ``keep_last``: keep the index tensors for explain() (not inside the custom op, nor
         during a CUDA graph capture: a tensor kept from a graph's pool would outlive its
         replay, and torch.compile's CUDA graphs refuse untracked live allocations)."""
-        inputs = check_inputs(q, k, v, scale=self.scale)
-        self._check_spec_fits(inputs)
+        inputs, plan = self._checked(q, k, v, decides=decisions is None)
         self._poll_errors(inputs.device)
-        plan = self._plan(inputs, decides=decisions is None)
         poison: list = []  # NaN where the call's ids, checked on the device, are out of range
         ex = execute(plan, inputs, self._decide_step(inputs, decisions, generator, poison))
         if keep_last and not (inputs.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
@@ -520,6 +552,9 @@ _COMPILED_GENERATOR = (
     "the seed would be ignored); make the decisions outside the compiled region, "
     "dec = attn.decide(q, k, generator=g), and pass decisions=dec to the compiled call"
 )
+
+
+_SIGNATURES = 64  # call signatures an op remembers (sizes that change every call recheck every call)
 
 
 def _check_generator(generator: object) -> None:

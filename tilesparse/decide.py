@@ -32,7 +32,7 @@ from .ir.hashing import LshHash
 from .patterns import Decisions, Hash, SpecBase, TopKFeatures
 from .patterns.criteria import bernoulli, get_criterion, lsh_draw, topk_abs
 
-__all__ = ["DeferredHash", "lsh_part", "make_decisions", "topk_part"]
+__all__ = ["DecideSetup", "DeferredHash", "decide_setup", "lsh_part", "make_decisions", "topk_part"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,26 @@ class DeferredHash:
 
     builder: HashingBuilder
     lsh: LshHash
+
+
+@dataclass(frozen=True)
+class DecideSetup:
+    """What a call's decisions take that its spec and its signature fix: the spec's ``lsh``
+    and ``topk_abs`` parts, the builder that hashes the one (None: the criterion's torch ops)
+    and the selector of the other (None: likewise). An eager call's bound decide step works it
+    out once (``tilesparse.execute``); ``attn.decide`` anew each time."""
+
+    part: Hash | None
+    topk: TopKFeatures | None
+    hasher: HashingBuilder | None
+    selector: object
+
+
+def decide_setup(spec: SpecBase, inputs: AttentionInputs) -> DecideSetup:
+    """The :class:`DecideSetup` of ``spec`` on ``inputs``."""
+    part, topk = lsh_part(spec), topk_part(spec)
+    hasher = lsh_hasher(inputs, part.buckets) if part is not None else None
+    return DecideSetup(part, topk, hasher, topk_selector(inputs) if topk is not None else None)
 
 
 def lsh_part(spec: SpecBase) -> Hash | None:
@@ -58,16 +78,17 @@ def topk_part(spec: SpecBase) -> TopKFeatures | None:
 
 
 def make_decisions(
-    spec: SpecBase, inputs: AttentionInputs, generator, *, fused: IndexBuilder | None = None, check_ids: bool = True
+    spec: SpecBase, inputs: AttentionInputs, generator, *, fused: IndexBuilder | None = None, check_ids: bool = True,
+    setup: DecideSetup | None = None,
 ) -> tuple[Decisions, DeferredHash | None]:
     """The spec's decisions on ``inputs``; ``fused`` is the builder whose index build the plan
     lets hash the ``lsh`` buckets (then, when it is the hasher, they come back unfilled with
     the :class:`DeferredHash` for it); ``check_ids=False`` leaves a user criterion's ids to
-    the caller."""
+    the caller; ``setup``: :func:`decide_setup` of ``spec`` on inputs of this signature (worked
+    out here when not given)."""
     q = inputs.q
-    part, topk = lsh_part(spec), topk_part(spec)
-    hasher = lsh_hasher(inputs, part.buckets) if part is not None else None
-    selector = topk_selector(inputs) if topk is not None else None
+    setup = setup or decide_setup(spec, inputs)
+    part, topk, hasher, selector = setup.part, setup.topk, setup.hasher, setup.selector
     out, deferred, k = Decisions(), None, None
     for p in spec.decision_parts():
         if p is topk and selector is not None:

@@ -6,8 +6,14 @@ tensors with the group's index builder; ``attend`` runs the group's attention ba
 every group's heads into one output. When the call makes its own decisions and the plan lets
 a group's builder hash the ``lsh`` buckets inside its build (``Assignment.fused_hash``), the
 decide step leaves them unfilled (``tilesparse.decide``) and that group's index step fills
-them in the build's first launch; any other build hashes them first. The eager call and the
-``torch.compile`` custom op (``tilesparse.library``) both come here.
+them in the build's first launch; any other build hashes them first. The eager call, a CUDA
+graph's capture and the ``torch.compile`` custom op (``tilesparse.library``) all come here.
+
+The steps are bound once per call signature (the sizes of q, k and v, and the scale; a plan is
+already one dtype, device and gradient mode): each index builder and attention backend works
+out there what every call of that signature shares (``IndexBuilder.bind``, ``Backend.bind``:
+buffer layouts, grids, launch constants), and a call of a signature seen before runs the bound
+steps, which are the plan's steps in the plan's order.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from .patterns import Decisions
 from .planner import Plan, Step
 from .planner.plan import STEP_KINDS
 
-__all__ = ["Execution", "execute", "with_dense_heads"]
+__all__ = ["Execution", "bound_steps", "execute", "with_dense_heads"]
 
 
 @dataclass
@@ -41,39 +47,68 @@ class Execution:
     out: Tensor | None = None
 
 
-# the decide step's work: given the builder whose build may hash the lsh buckets (or None),
+# the decide step's work: given the builder whose build may hash the lsh buckets (or None) and
+# the bound step's memo (a dict for what the decisions of every call of its signature share),
 # the decisions and, when that builder is to hash them, the buckets it fills
-Decide = Callable[[IndexBuilder | None], tuple[Decisions, DeferredHash | None]]
+Decide = Callable[[IndexBuilder | None, dict], tuple[Decisions, DeferredHash | None]]
+# a bound step: runs on the call's inputs, filling the execution
+BoundStep = Callable[[AttentionInputs, Execution, Decide], None]
+
+_BOUND_SIGNATURES = 32  # signatures kept per plan (sizes that change every call rebind every call)
 
 
 def execute(plan: Plan, inputs: AttentionInputs, decide: Decide, *, until: str | None = None) -> Execution:
-    """Run ``plan.steps`` on ``inputs``; ``decide`` makes or checks the decisions. ``until``:
-    run only the steps up to that kind (``"index"``: the decisions and the index tensors, for
-    ``prepare``)."""
+    """Run ``plan.steps`` on ``inputs``, bound to their signature (:func:`bound_steps`);
+    ``decide`` makes or checks the decisions. ``until``: run only the steps up to that kind
+    (``"index"``: the decisions and the index tensors, for ``prepare``)."""
     n = len(plan.assignments)
     ex = Execution(prepared=[None] * n, outputs=[None] * n)
-    kinds = list(STEP_KINDS)
-    for step in plan.steps:
-        if until is None or kinds.index(step.kind) <= kinds.index(until):
-            _STEPS[step.kind](plan, step, inputs, ex, decide)
+    last = None if until is None else list(STEP_KINDS).index(until)
+    for order, run in bound_steps(plan, inputs):
+        if last is None or order <= last:
+            run(inputs, ex, decide)
     _hash_deferred(ex, inputs)  # buckets no step hashed (none read them) are still the call's
     return ex
 
 
-def _decide(plan, step: Step, inputs, ex: Execution, decide: Decide) -> None:
+def bound_steps(plan: Plan, inputs: AttentionInputs) -> tuple[tuple[int, BoundStep], ...]:
+    """``plan.steps`` bound to the signature of ``inputs``, each with its kind's rank in
+    :data:`~tilesparse.planner.plan.STEP_KINDS` (made on a signature's first call)."""
+    q, k, v = inputs.q, inputs.k, inputs.v
+    key = (q.shape, k.shape, v.shape, inputs.scale)
+    steps = plan.bound.get(key)
+    if steps is None:
+        if len(plan.bound) >= _BOUND_SIGNATURES:
+            plan.bound.clear()
+        kinds = list(STEP_KINDS)
+        steps = plan.bound[key] = tuple((kinds.index(s.kind), _BIND[s.kind](plan, s, inputs)) for s in plan.steps)
+    return steps
+
+
+def _bind_decide(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
     fused = next((a.builder for a in plan.assignments if a.fused_hash), None)
-    ex.decisions, ex.deferred = decide(fused)
+    memo: dict = {}
+
+    def run(inputs, ex: Execution, decide: Decide) -> None:
+        ex.decisions, ex.deferred = decide(fused, memo)
+
+    return run
 
 
-def _index(plan, step: Step, inputs, ex: Execution, decide: Decide) -> None:
-    a = plan.assignments[step.group]
-    if ex.deferred is not None and a.fused_hash:
-        lsh, ex.deferred = ex.deferred.lsh, None
-        ex.prepared[step.group] = a.builder.build_hashing(plan.program, a.group, a.heads, ex.decisions, inputs, lsh)
-        return
-    _hash_deferred(ex, inputs)  # the buckets this build reads, hashed first
-    dec = with_dense_heads(ex.decisions, a.dense_heads)
-    ex.prepared[step.group] = a.builder.build(plan.program, a.group, a.heads, dec, inputs)
+def _bind_index(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
+    i = step.group
+    a = plan.assignments[i]
+    build = a.builder.bind(plan.program, a.group, a.heads, inputs)
+
+    def run(inputs, ex: Execution, decide: Decide) -> None:
+        if ex.deferred is not None and a.fused_hash:
+            lsh, ex.deferred = ex.deferred.lsh, None
+            ex.prepared[i] = a.builder.build_hashing(plan.program, a.group, a.heads, ex.decisions, inputs, lsh)
+            return
+        _hash_deferred(ex, inputs)  # the buckets this build reads, hashed first
+        ex.prepared[i] = build(with_dense_heads(ex.decisions, a.dense_heads), inputs)
+
+    return run
 
 
 def _hash_deferred(ex: Execution, inputs: AttentionInputs) -> None:
@@ -82,25 +117,36 @@ def _hash_deferred(ex: Execution, inputs: AttentionInputs) -> None:
         ex.deferred = None
 
 
-def _attend(plan, step: Step, inputs, ex: Execution, decide: Decide) -> None:
-    a = plan.assignments[step.group]
-    g = ex.prepared[step.group]
-    if g is not None:
-        ex.outputs[step.group] = a.backend.attend(g, inputs)
-    else:
-        ex.outputs[step.group] = a.backend.attend_heads(a.group, a.heads, inputs, decisions=ex.decisions)
-    if len(plan.assignments) == 1 and a.heads == tuple(range(inputs.heads)):
-        ex.out = ex.outputs[step.group]  # one group of every head: its output is the call's
+def _bind_attend(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
+    i = step.group
+    a = plan.assignments[i]
+    attend = a.backend.bind(a.group, a.heads, inputs)
+    whole = len(plan.assignments) == 1 and a.heads == tuple(range(inputs.heads))  # its output is the call's
+
+    def run(inputs, ex: Execution, decide: Decide) -> None:
+        g = ex.prepared[i]
+        if g is not None:
+            out = attend(g, inputs)
+        else:
+            out = a.backend.attend_heads(a.group, a.heads, inputs, decisions=ex.decisions)
+        ex.outputs[i] = out
+        if whole:
+            ex.out = out
+
+    return run
 
 
-def _merge(plan, step: Step, inputs, ex: Execution, decide: Decide) -> None:
-    out = inputs.q.new_empty(inputs.q.shape)
-    for a, o in zip(plan.assignments, ex.outputs, strict=True):
-        out.index_copy_(1, head_index(a.heads, out.device), o)  # a cached index: no upload per call
-    ex.out = out
+def _bind_merge(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
+    def run(inputs, ex: Execution, decide: Decide) -> None:
+        out = inputs.q.new_empty(inputs.q.shape)
+        for a, o in zip(plan.assignments, ex.outputs, strict=True):
+            out.index_copy_(1, head_index(a.heads, out.device), o)  # a cached index: no upload per call
+        ex.out = out
+
+    return run
 
 
-_STEPS = {"decide": _decide, "index": _index, "attend": _attend, "merge": _merge}
+_BIND = {"decide": _bind_decide, "index": _bind_index, "attend": _bind_attend, "merge": _bind_merge}
 
 
 def with_dense_heads(dec: Decisions, heads: tuple[int, ...]) -> Decisions:
@@ -115,4 +161,3 @@ def with_dense_heads(dec: Decisions, heads: tuple[int, ...]) -> Decisions:
             t = t.index_fill(1, head_index(heads, t.device), name.endswith("_keep"))
         fields[name] = t
     return Decisions(**fields).trusted(None)
-

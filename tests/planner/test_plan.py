@@ -439,8 +439,16 @@ def test_the_call_executes_the_plans_steps_in_a_graph_order(spec, backend, monke
     assert "steps, as a call runs them: " + " -> ".join(s.describe() for s in steps) in plan.describe()
 
     ran = []
-    for kind, fn in list(execute._STEPS.items()):
-        monkeypatch.setitem(execute._STEPS, kind, lambda *a, fn=fn: (ran.append(a[1]), fn(*a))[1])
+
+    def recording(bind):  # a bound step that records its step each time it runs
+        def bind_recording(plan, step, inputs):
+            run = bind(plan, step, inputs)
+            return lambda *a: (ran.append(step), run(*a))[1]
+
+        return bind_recording
+
+    for kind, bind in list(execute._BIND.items()):
+        monkeypatch.setitem(execute._BIND, kind, recording(bind))
     out = attn(q, k, v, decisions=dec)
     assert ran == list(steps)
     torch.testing.assert_close(out, attn.reference(q, k, v, decisions=dec), atol=1e-4, rtol=1e-4)

@@ -17,6 +17,7 @@ Backends depend on the IR only; the planner reaches them through :data:`REGISTRY
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -31,8 +32,9 @@ __all__ = ["REGISTRY", "Backend", "register", "select_heads"]
 class Backend(ABC):
     """A way to run the attend stage of a head group on its index tensors.
 
-    Subclasses set the class attributes and implement :meth:`attend`; ``not_supported_reasons``
-    checks the common capabilities and calls :meth:`_reasons` for backend-specific ones.
+    Subclasses set the class attributes and implement :meth:`attend` (and :meth:`bind`, where
+    calls of one signature share work); ``not_supported_reasons`` checks the common capabilities
+    and calls :meth:`_reasons` for backend-specific ones.
     """
 
     NAME: ClassVar[str]
@@ -93,6 +95,13 @@ class Backend(ABC):
     @abstractmethod
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
         """(B, Hg, Tq, D) output of the group's heads, differentiable w.r.t. q, k, v."""
+
+    def bind(self, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs) -> Callable[[PreparedGroup, AttentionInputs], Tensor]:
+        """:meth:`attend` for every call with the signature of ``inputs`` (sizes, dtype, device,
+        scale): a backend works out here what those calls share (configurations, grids,
+        constants), once (``tilesparse.execute`` binds a plan's steps per signature). By
+        default :meth:`attend` itself."""
+        return self.attend
 
     def __repr__(self) -> str:
         return f"<backend {self.NAME}>"

@@ -18,6 +18,7 @@ Builders depend on the IR only; the planner reaches them through :data:`BUILDERS
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import ClassVar
 
 from torch._subclasses.fake_tensor import is_fake
@@ -58,6 +59,14 @@ class IndexBuilder(ABC):
         self, program: Program, group: HeadGroup, heads: tuple[int, ...], decisions, inputs: AttentionInputs
     ) -> PreparedGroup:
         """The index tensors of ``group``'s query ``heads`` under ``decisions``."""
+
+    def bind(
+        self, program: Program, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs
+    ) -> Callable[[object, AttentionInputs], PreparedGroup]:
+        """:meth:`build` for every call with the signature of ``inputs`` (sizes, dtype, device):
+        a builder works out here what those calls share (buffer layouts, grids, constants),
+        once. By default :meth:`build` itself."""
+        return lambda decisions, inputs: self.build(program, group, heads, decisions, inputs)
 
     def __repr__(self) -> str:
         return f"<index builder {self.NAME}>"

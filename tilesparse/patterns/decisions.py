@@ -12,9 +12,10 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import Tensor
+from torch._C._functorch import is_functorch_wrapped_tensor
 from torch._subclasses.fake_tensor import is_fake
 
-__all__ = ["DECISION_FIELDS", "Decisions", "check_decision_tensor", "check_decisions"]
+__all__ = ["DECISION_FIELDS", "Decisions", "check_decision_tensor", "check_decisions", "plain_tensor"]
 
 DECISION_FIELDS: tuple[str, ...] = ("q_keep", "k_keep", "q_bucket", "k_bucket", "q_support", "k_support")
 
@@ -54,7 +55,10 @@ class Decisions:
     def trusted_for(self, spec: object) -> bool:
         """Whether :meth:`trusted` marked these decisions for ``spec``: another spec's ranges
         (fewer buckets, a smaller k) must still be checked."""
-        if not self.is_trusted or getattr(self, "_trusted_spec", None) != spec:
+        if not self.is_trusted:
+            return False
+        own = getattr(self, "_trusted_spec", None)
+        if own is not spec and own != spec:
             return False
         stamp = getattr(self, "_stamp", None)
         return stamp is not None and stamp == _stamp(self)
@@ -88,18 +92,25 @@ class Decisions:
 assert DECISION_FIELDS == tuple(f.name for f in fields(Decisions)), "DECISION_FIELDS names Decisions' fields in order"
 
 
+def plain_tensor(t: Tensor) -> bool:
+    """A tensor that wraps none (no subclass, functionalization or functorch transform): never
+    fake, without :func:`is_fake`'s longer look."""
+    return type(t) is Tensor and not torch._is_functional_tensor(t) and not is_functorch_wrapped_tensor(t)
+
+
 def _stamp(dec: Decisions) -> tuple | None:
     """What the contents of ``dec``'s tensors are known by: per field its data pointer, version
     counter (bumped by every in-place write), shape and strides; None for tensors without
     real storage (fake tensors while tracing, meta tensors), which are never trusted: their data
     pointers say nothing of their contents."""
     out = []
-    for name, t in dec.items():
+    for name in DECISION_FIELDS:
+        t = getattr(dec, name)
         if t is None:
             continue
-        if not isinstance(t, Tensor) or is_fake(t) or t.device.type == "meta":
+        if not isinstance(t, Tensor) or t.is_meta or (not plain_tensor(t) and is_fake(t)):
             return None
-        out.append((name, t.data_ptr(), t._version, tuple(t.shape), t.stride()))
+        out.append((name, t.data_ptr(), t._version, t.shape, t.stride()))
     return tuple(out)
 
 

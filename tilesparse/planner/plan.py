@@ -40,7 +40,7 @@ executes exactly these steps (``tilesparse.execute``) and ``describe()`` prints 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import networkx as nx
@@ -138,6 +138,8 @@ class Plan:
     fusions: tuple[str, ...]
     mode: str = "fwd"
     steps: tuple[Step, ...] = ()
+    # the steps bound to each call signature a call has run them with (tilesparse.execute)
+    bound: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def estimated_ms(self) -> float:

@@ -10,6 +10,8 @@ reason, never an import error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
@@ -92,21 +94,29 @@ class TritonBackend(Backend):
         return notes
 
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
+        return self.bind(g.group, g.heads, inputs)(g, inputs)
+
+    def bind(self, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs) -> Callable:
+        """:meth:`attend` of ``group`` for calls with the signature of ``inputs``: the tile
+        configuration and the launches' constants are worked out once
+        (:class:`~tilesparse.backends.triton.op.BoundAttention`)."""
         from .interpreter import patch_bf16_dot
-        from .op import interpreting, sparse_attention, tile_config
+        from .op import BoundAttention, interpreting
 
         if interpreting():
             patch_bf16_dot()
-        q, k, v = (_last_dim_contiguous(t) for t in (inputs.q, inputs.k, inputs.v))
-        cfg = tile_config(inputs.head_dim, inputs.dtype, inputs.device)
-        if cfg.block_q != g.block_q or cfg.block_k != g.block_k:
-            raise ValueError(
-                f"prepared for blocks ({g.block_q}, {g.block_k}) but the triton config uses "
-                f"({cfg.block_q}, {cfg.block_k}); prepare with backend.blocks(inputs)"
-            )
-        if not isinstance(g.group.score, DotScore):
-            q, k = _sparsify(q, k, g, inputs)
-        return sparse_attention(q, k, v, g, inputs.scale, cfg)
+        bound = BoundAttention(group, inputs.head_dim, inputs.dtype, inputs.device)
+        features = not isinstance(group.score, DotScore)
+
+        def attend(g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
+            q, k, v = inputs.q, inputs.k, inputs.v
+            if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+                q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+            if features:
+                q, k = _sparsify(q, k, g, inputs)
+            return bound(q, k, v, g, inputs.scale)
+
+        return attend
 
 
 def _last_dim_contiguous(t: Tensor) -> Tensor:

@@ -4,6 +4,8 @@ IR's torch ops; on CUDA it also hashes the ``lsh`` criterion's buckets in one la
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ...ir import AttentionInputs, HeadGroup, PreparedGroup, Program
 from ...ir.hashing import LshHash
 from ..builder import BUILDERS, HashingBuilder
@@ -39,6 +41,14 @@ class TritonBuilder(HashingBuilder):
         if inputs.q_len != inputs.k_len:
             return BUILDERS["torch"].build(program, group, heads, decisions, inputs)
         return build_group(program, group, heads, decisions, inputs)
+
+    def bind(self, program: Program, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs) -> Callable:
+        """:meth:`build` with the buffer layout, grids and constants of ``inputs``' sizes worked out once."""
+        from .index import bind_group
+
+        if inputs.q_len != inputs.k_len:
+            return BUILDERS["torch"].bind(program, group, heads, inputs)
+        return bind_group(program, group, heads, inputs)
 
     def hash_reasons(self, inputs: AttentionInputs, buckets: int) -> list[str]:
         reasons = triton_reasons(inputs)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -45,11 +46,11 @@ from ...ir import (
     SameBucket,
     max_segments,
 )
-from ...ir.prepare import assemble_group, select_heads
+from ...ir.prepare import group_supports, head_map, select_heads
 from .launch import lean
 from .op import predicate_flags
 
-__all__ = ["build_group", "index_build_reasons"]
+__all__ = ["bind_group", "build_group", "index_build_reasons"]
 
 
 # a sort key above every real one (they stay below 2 * big < 2^31): lanes past a chunk's end
@@ -457,39 +458,66 @@ def build_group(
 ) -> PreparedGroup:
     """:func:`tilesparse.ir.prepare_group` computed by the fused kernels, at the sizes and on the
     device of ``inputs`` (the arguments of :meth:`tilesparse.backends.builder.IndexBuilder.build`)."""
-    B, T, Hg, device = inputs.batch, inputs.seqlen, len(heads), inputs.device
+    return bind_group(program, group, heads, inputs)(dec, inputs)
+
+
+def bind_group(
+    program: Program, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs
+) -> Callable[[object, AttentionInputs], PreparedGroup]:
+    """:func:`build_group` for every call with the sizes and device of ``inputs``: the buffer's
+    layout, the grids and the launches' constants are worked out here, once; a call allocates
+    one buffer, takes its views and launches."""
+    B, T, Hg, H, device = inputs.batch, inputs.seqlen, len(heads), inputs.heads, inputs.device
     st = _static(group, program.block_q, program.block_k, B, Hg, T)
-    # every index tensor is a view of one int32 buffer: one allocation per call
-    buf = torch.empty(st.total, dtype=torch.int32, device=device)
-    views = [buf.as_strided(*v) for v in st.views]
-    sorted_keys: list[torch.Tensor | None] = [None, None]
-    orders: list[torch.Tensor | None] = [None, None]
-    if not st.identity:
-        sel = lambda t: select_heads(t, heads, inputs.heads).contiguous()  # noqa: E731
-        keys, counts, skey0, skey1, order0, order1 = views[:6]
-        views = views[6:]
-        skeys, order = skey0, order0  # both sides, from side 0's start
-        q_keep, k_keep = (sel(dec.q_keep), sel(dec.k_keep)) if st.keep else (keys, keys)
-        q_bkt, k_bkt = (sel(dec.q_bucket), sel(dec.k_bucket)) if st.has_bucket else (keys, keys)
-        grid = (st.n_chunks, B * Hg, 2)
-        sort = dict(N_CAT=st.n_cat, CAT_PAD=st.cat_pad, BLOCK=st.sort_block)
-        lean(_sort_keys)[grid](
-            q_keep, k_keep, q_bkt, k_bkt, keys, counts, T, st.big, st.n_chunks,
-            HAS_KEEP=st.keep, HAS_BUCKET=st.has_bucket, **sort,
-        )  # fmt: skip
-        if not st.fused_scan:
-            lean(_scan_counts)[(2 * B * Hg,)](counts, st.n_chunks, CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
-        scatter = dict(FUSED_SCAN=st.fused_scan, CHUNKS_PAD=st.chunks_pad, BY_SORT=st.by_sort)
-        lean(_scatter_sorted)[grid](keys, counts, skeys, order, T, st.big, st.n_chunks, **sort, **scatter)
-        sorted_keys, orders = [skey0, skey1], [order0, order1]
-    q_out, k_out = tuple(views[:5]), tuple(views[5:10])
-    dummy = q_out[0]  # identity reads no keys
+    heads = tuple(heads)
+    hmap = head_map(heads, device)
+    sort_keys, scan_counts, scatter_sorted, build_sides = (lean(f) for f in (_sort_keys, _scan_counts, _scatter_sorted, _build_sides))
+    grid = (st.n_chunks, B * Hg, 2)
+    sort = dict(N_CAT=st.n_cat, CAT_PAD=st.cat_pad, BLOCK=st.sort_block)
+    keys_constants = dict(HAS_KEEP=st.keep, HAS_BUCKET=st.has_bucket, **sort)
+    scan_constants = dict(CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
+    scatter_constants = dict(**sort, FUSED_SCAN=st.fused_scan, CHUNKS_PAD=st.chunks_pad, BY_SORT=st.by_sort)
     (nb_q, block_q, seg_q, q_sentinel, q_dropped), (nb_k, block_k, seg_k, k_sentinel, k_dropped) = st.sides
-    lean(_build_sides)[(max(nb_q, nb_k), B * Hg, 2)](
-        dummy if sorted_keys[0] is None else sorted_keys[0], dummy if orders[0] is None else orders[0],
-        dummy if sorted_keys[1] is None else sorted_keys[1], dummy if orders[1] is None else orders[1],
-        *q_out, *k_out, T, nb_q, nb_k, st.big, st.n_steps,
+    sides_grid = (max(nb_q, nb_k), B * Hg, 2)
+    sides_constants = dict(
         Q_SENTINEL=q_sentinel, K_SENTINEL=k_sentinel, Q_DROPPED=q_dropped, K_DROPPED=k_dropped,
         BLOCK_Q=block_q, BLOCK_K=block_k, SEG_Q=seg_q, SEG_K=seg_k, **st.flags,
     )  # fmt: skip
-    return assemble_group(program, group, heads, dec, inputs.heads, T, device, q_out, k_out)
+    sides_scalars = (T, nb_q, nb_k, st.big, st.n_steps)
+    fixed = dict(group=group, heads=heads, head_map=hmap, seqlen=T, block_q=program.block_q, block_k=program.block_k)
+
+    def build(dec, inputs: AttentionInputs) -> PreparedGroup:
+        # every index tensor is a view of one int32 buffer: one allocation per call
+        buf = torch.empty(st.total, dtype=torch.int32, device=device)
+        views = [buf.as_strided(*v) for v in st.views]
+        if st.identity:
+            q_out, k_out = views[:5], views[5:10]
+            dummy = q_out[0]  # identity reads no keys
+            sides = (dummy, dummy, dummy, dummy)
+        else:
+            keys, counts, skey0, skey1, order0, order1 = views[:6]
+            q_out, k_out = views[6:11], views[11:16]
+            if st.keep:
+                q_keep, k_keep = (select_heads(dec.q_keep, heads, H).contiguous(), select_heads(dec.k_keep, heads, H).contiguous())
+            else:
+                q_keep = k_keep = keys
+            if st.has_bucket:
+                q_bkt, k_bkt = (select_heads(dec.q_bucket, heads, H).contiguous(), select_heads(dec.k_bucket, heads, H).contiguous())
+            else:
+                q_bkt = k_bkt = keys
+            sort_keys[grid](q_keep, k_keep, q_bkt, k_bkt, keys, counts, T, st.big, st.n_chunks, **keys_constants)
+            if not st.fused_scan:
+                scan_counts[(2 * B * Hg,)](counts, st.n_chunks, **scan_constants)
+            # both sides' sorted keys and orders, from side 0's start
+            scatter_sorted[grid](keys, counts, skey0, order0, T, st.big, st.n_chunks, **scatter_constants)
+            sides = (skey0, order0, skey1, order1)
+        build_sides[sides_grid](*sides, *q_out, *k_out, *sides_scalars, **sides_constants)
+        q_sup, k_sup = group_supports(group, dec, heads, H)
+        return PreparedGroup(
+            **fixed,
+            q_order=q_out[0], q_pos=q_out[1], q_bucket=q_out[2], q_ranges=q_out[3], q_nseg=q_out[4],
+            k_order=k_out[0], k_pos=k_out[1], k_bucket=k_out[2], k_ranges=k_out[3], k_nseg=k_out[4],
+            q_support=q_sup, k_support=k_sup,
+        )  # fmt: skip
+
+    return build

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,6 +27,9 @@ from .gqa import sum_into_kv_heads
 from .nonfinite import launch_pair, new_flags
 
 __all__ = [
+    "BoundAttention",
+    "Launch",
+    "Launches",
     "TileConfig",
     "compiled_kernel_count",
     "dp_first",
@@ -105,6 +109,7 @@ class TileConfig:
 
 
 _OVERRIDE: dict[str, int] = {}
+_VERSION = [0]  # bumped by every override_config entry and exit: a bound call rebinds its launches
 
 
 def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> TileConfig:
@@ -181,11 +186,13 @@ def override_config(**fields: int):
         raise ValueError(f"unknown TileConfig fields {sorted(bad)}; known: {sorted(TileConfig.__dataclass_fields__)}")
     old = dict(_OVERRIDE)
     _OVERRIDE.update(fields)
+    _VERSION[0] += 1
     try:
         yield
     finally:
         _OVERRIDE.clear()
         _OVERRIDE.update(old)
+        _VERSION[0] += 1
 
 
 def parse_overrides(text: str) -> list[dict]:
@@ -252,116 +259,204 @@ def launch_key(g: PreparedGroup, q: Tensor, cfg: TileConfig) -> tuple:
     return (q.dtype, q.shape[-1], _block_d(q.shape[-1]), cfg, g.q_ranges.shape[3], tuple(sorted(_flags(g, cfg).items())))
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One kernel's launch pair (nonfinite.py) as every call of one signature makes it: the
+    grid, the scalars after the strides, the compile-time constants, and the warp-specialized
+    kernel that stands in for the unchanged variant (None: the Triton kernel)."""
+
+    grid: tuple[int, int]
+    scalars: tuple
+    constants: dict
+    unchanged: Callable | None
+
+
+class Launches:
+    """What a call's launches take that its sizes, head group, scale and configuration fix:
+    worked out once per call signature (:class:`BoundAttention`), so that a call only
+    allocates its outputs, reads its tensors' addresses and strides, and launches. It keeps no
+    tensor."""
+
+    def __init__(self, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig):
+        B, H, T, D = q.shape
+        Tk = k.shape[2]
+        Hg = len(g.heads)
+        self.cfg, self.scale = cfg, scale
+        self.sizes = (B, H, T, D, Tk, Hg)
+        self.k_group, self.v_group = H // k.shape[1], H // v.shape[1]
+        self.full = Hg == H
+        # one query head per kv head and every head here: each key row is written once, in
+        # place; otherwise per-query-head buffers are summed into the kv heads afterwards
+        self.direct = self.full and self.k_group == 1 and self.v_group == 1
+        self.flags = _flags(g, cfg)
+        self.max_seg_q, self.max_seg_k = g.q_ranges.shape[3], g.k_ranges.shape[3]
+        self.n_qb, self.n_kb = g.q_ranges.shape[2], g.k_ranges.shape[2]
+        self.common = dict(HEAD_DIM=D, BLOCK_D=_block_d(D), PRECISION=_precision(q.dtype))
+        unchanged = None
+        if ws_fwd(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
+            from . import gluon_fwd
+
+            unchanged = functools.partial(gluon_fwd.launch, head_dim=D, max_seg=self.max_seg_q, flags=self.flags)
+        self.fwd = Launch(
+            (self.n_qb, B * Hg), (Hg, T, Tk, self.n_qb, scale * LOG2E, self.k_group, self.v_group),
+            dict(**self.common, BLOCK_M=cfg.block_q, BLOCK_N=cfg.forward_tile(self.flags["SAME_BUCKET"]),
+                 MAX_SEG=self.max_seg_q, num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages, **self.flags),
+            unchanged,
+        )  # fmt: skip
+        self.backward = self._backward(q, g)
+
+    def _backward(self, q: Tensor, g: PreparedGroup) -> tuple[Launch, Launch]:
+        """The dQ and the dK/dV launches."""
+        cfg, flags = self.cfg, self.flags
+        B, H, T, D, Tk, Hg = self.sizes
+        scalars = (Hg, T, Tk, None, self.scale * LOG2E, self.scale, self.k_group, self.v_group)
+        unchanged = None
+        if ws_dq(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
+            from . import gluon_dq
+
+            unchanged = functools.partial(gluon_dq.launch, head_dim=D, max_seg=self.max_seg_q, flags=flags)
+        dq = Launch(
+            (self.n_qb, B * Hg), scalars[:3] + (self.n_qb,) + scalars[4:],
+            dict(BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n, MAX_SEG=self.max_seg_q, num_warps=cfg.dq_warps,
+                 num_stages=cfg.dq_stages, **self.common, **flags),
+            unchanged,
+        )  # fmt: skip
+        unchanged = None
+        if ws_dkdv(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
+            from . import gluon_dkdv
+
+            unchanged = functools.partial(gluon_dkdv.launch, head_dim=D, per_query_head=not self.direct,
+                                          max_seg=self.max_seg_k, flags=flags)  # fmt: skip
+        dkdv = Launch(
+            (self.n_kb, B * Hg), scalars[:3] + (self.n_kb,) + scalars[4:],
+            dict(DKV_PER_QUERY_HEAD=not self.direct, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=self.max_seg_k,
+                 DP_FIRST=dp_first(cfg, flags["SINGLE_LOOP"]), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
+                 **self.common, **flags),
+            unchanged,
+        )  # fmt: skip
+        return dq, dkdv
+
+
+class BoundAttention:
+    """The Triton attend step of one head group bound to a call signature: the tile
+    configuration and each prepared shape's :class:`Launches`, made on first use and made again
+    when :func:`override_config` changes the configuration."""
+
+    def __init__(self, group: HeadGroup, head_dim: int, dtype: torch.dtype, device: torch.device):
+        self.group = group
+        self.key = (head_dim, dtype, device)
+        self.version = -1
+        self.cfg: TileConfig | None = None
+        self.launches: dict[tuple, Launches] = {}
+
+    def config(self) -> TileConfig:
+        """The tile configuration in force (the one :func:`tile_config` gives)."""
+        if self.version != _VERSION[0]:
+            self.cfg = tile_config(*self.key)
+            self.launches.clear()
+            self.version = _VERSION[0]
+        return self.cfg
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float) -> Tensor:
+        if g.group is not self.group and g.group != self.group:
+            raise ValueError(f"bound to head group {self.group.describe()}, given one of {g.group.describe()}")
+        cfg = self.config()
+        shape = (q.shape, k.shape, v.shape, g.q_ranges.shape, g.k_ranges.shape, g.block_q, g.block_k, g.heads, scale)
+        launches = self.launches.get(shape)
+        if launches is None:
+            if cfg.block_q != g.block_q or cfg.block_k != g.block_k:
+                raise ValueError(
+                    f"prepared for blocks ({g.block_q}, {g.block_k}) but the triton config uses "
+                    f"({cfg.block_q}, {cfg.block_k}); prepare with backend.blocks(inputs)"
+                )
+            if len(self.launches) >= _BOUND_SHAPES:
+                self.launches.clear()
+            launches = self.launches[shape] = Launches(q, k, v, g, scale, cfg)
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            return _SparseAttention.apply(q, k, v, g, launches)
+        return _forward(q, k, v, g, launches)[0]  # no gradient to take: no autograd node
+
+
+_BOUND_SHAPES = 16  # launches kept per bound step (a plan binds each exact size once)
+
+
 def sparse_attention(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig) -> Tensor:
     """(B, Hg, Tq, D) attention of group ``g``'s heads; q (B, H, Tq, D), k (B, Hk, Tk, D) and
     v (B, Hv, Tk, D) with H a multiple of Hk and Hv, Tq <= Tk; differentiable w.r.t. q, k, v."""
-    return _SparseAttention.apply(q, k, v, g, scale, cfg)
+    return _SparseAttention.apply(q, k, v, g, Launches(q, k, v, g, scale, cfg))
 
 
 def launch_fwd(
     q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig,
-    nonfinite: Tensor | None = None,
+    nonfinite: Tensor | None = None, launches: Launches | None = None,
 ) -> None:
     """The forward kernel's launch pair (nonfinite.py): O (B, Hg, Tq, D) and LSE (B, Hg, Tq)
-    of group ``g``; ``nonfinite``: the pass's zeroed flag (a new one when not given)."""
+    of group ``g``; ``nonfinite``: the pass's zeroed flag (a new one when not given);
+    ``launches``: the call's bound launches (made here when not given)."""
     if nonfinite is None:
         nonfinite = new_flags(q.device)[0]
-    B, H, T, D = q.shape
-    Tk = k.shape[2]
-    Hg = len(g.heads)
-    n_blocks = g.q_ranges.shape[2]
-    flags = _flags(g, cfg)
-    unchanged = None
-    if ws_fwd(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
-        from . import gluon_fwd
-
-        unchanged = functools.partial(gluon_fwd.launch, head_dim=D, max_seg=g.q_ranges.shape[3], flags=flags)
+    fwd = (launches or Launches(q, k, v, g, scale, cfg)).fwd
     launch_pair(
-        kernels._attn_fwd, (n_blocks, B * Hg), q, k, v, o, lse,
+        kernels._attn_fwd, fwd.grid, q, k, v, o, lse,
         g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        Hg, T, Tk, n_blocks, scale * LOG2E, H // k.shape[1], H // v.shape[1], unchanged=unchanged,
-        HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_M=cfg.block_q, BLOCK_N=cfg.forward_tile(flags["SAME_BUCKET"]),
-        MAX_SEG=g.q_ranges.shape[3], PRECISION=_precision(q.dtype), num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages,
-        **flags,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *fwd.scalars,
+        unchanged=fwd.unchanged, **fwd.constants,
     )  # fmt: skip
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, launches: Launches) -> tuple[Tensor, Tensor, Tensor]:
+    """O, LSE and the backward pass's zeroed flag of group ``g`` (nonfinite.py)."""
+    B, H, T, D, Tk, Hg = launches.sizes
+    o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
+    forward_flag, backward_flag = new_flags(q.device)
+    launch_fwd(q, k, v, o, lse, g, launches.scale, launches.cfg, forward_flag, launches)
+    return o, lse, backward_flag
 
 
 class _SparseAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig):
-        B, H, T, D = q.shape
-        Hg = len(g.heads)
-        o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=q.device)
-        lse = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
-        forward_flag, ctx.backward_flag = new_flags(q.device)  # nonfinite.py
-        launch_fwd(q, k, v, o, lse, g, scale, cfg, forward_flag)
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, launches: Launches):
+        o, lse, ctx.backward_flag = _forward(q, k, v, g, launches)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.g, ctx.scale, ctx.cfg = g, scale, cfg
+        ctx.g, ctx.launches = g, launches
         return o
 
     @staticmethod
     def backward(ctx, do: Tensor):
         q, k, v, o, lse = ctx.saved_tensors
-        g, scale, cfg = ctx.g, ctx.scale, ctx.cfg
-        B, H, T, D = q.shape
-        Tk = k.shape[2]
-        Hg = len(g.heads)
-        k_group, v_group = H // k.shape[1], H // v.shape[1]
+        g, launches = ctx.g, ctx.launches
+        B, H, T, D, Tk, Hg = launches.sizes
+        dq_launch, dkdv_launch = launches.backward
         do = do.contiguous()
-        flags = _flags(g, cfg)
-        common = dict(HEAD_DIM=D, BLOCK_D=_block_d(D), PRECISION=_precision(q.dtype))
-        n_qb = g.q_ranges.shape[2]
 
         delta = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)  # written by the dQ kernel
         # the pass's flag, zeroed by the forward: set by the unchanged dQ or dK/dV variant (nonfinite.py)
         nonfinite = ctx.backward_flag
 
-        full = Hg == H
-        dq = torch.empty_like(q) if full else torch.zeros_like(q)
-        unchanged = None
-        if ws_dq(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
-            from . import gluon_dq
-
-            unchanged = functools.partial(gluon_dq.launch, head_dim=D, max_seg=g.q_ranges.shape[3], flags=flags)
+        dq = torch.empty_like(q) if launches.full else torch.zeros_like(q)
         launch_pair(
-            kernels._attn_bwd_dq, (n_qb, B * Hg), q, k, v, o, do, dq, lse, delta,
+            kernels._attn_bwd_dq, dq_launch.grid, q, k, v, o, do, dq, lse, delta,
             g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
-            Hg, T, Tk, n_qb, scale * LOG2E, scale, k_group, v_group, unchanged=unchanged,
-            BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n, MAX_SEG=g.q_ranges.shape[3], num_warps=cfg.dq_warps, num_stages=cfg.dq_stages,
-            **common, **flags,
+            *dq_launch.scalars, unchanged=dq_launch.unchanged, **dq_launch.constants,
         )  # fmt: skip
 
-        # one query head per kv head and every head here: each key row is written once, in
-        # place; otherwise per-query-head buffers are summed into the kv heads afterwards
-        direct = full and k_group == 1 and v_group == 1
-        if direct:
+        if launches.direct:
             dk, dv = torch.empty_like(k), torch.empty_like(v)
         else:
             dk = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
             dv = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
-        n_kb = g.k_ranges.shape[2]
-        max_seg = g.k_ranges.shape[3]
-        unchanged = None
-        if ws_dkdv(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
-            from . import gluon_dkdv
-
-            unchanged = functools.partial(gluon_dkdv.launch, head_dim=D, per_query_head=not direct, max_seg=max_seg,
-                                          flags=flags)
         launch_pair(
-            kernels._attn_bwd_dkdv, (n_kb, B * Hg), q, k, v, do, dk, dv, lse, delta,
+            kernels._attn_bwd_dkdv, dkdv_launch.grid, q, k, v, do, dk, dv, lse, delta,
             g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.k_ranges, g.k_nseg, g.head_map, nonfinite,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
-            Hg, T, Tk, n_kb, scale * LOG2E, scale, k_group, v_group, unchanged=unchanged,
-            DKV_PER_QUERY_HEAD=not direct, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=max_seg,
-            DP_FIRST=dp_first(cfg, flags["SINGLE_LOOP"]), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
-            **common, **flags,
+            *dkdv_launch.scalars, unchanged=dkdv_launch.unchanged, **dkdv_launch.constants,
         )  # fmt: skip
-        if not direct:  # separate tensors: the op's backward may not return outputs that alias each other
+        if not launches.direct:  # separate tensors: the op's backward may not return outputs that alias each other
             dk, dv = sum_into_kv_heads(dk, dv, g.head_map, H, k, v)
         dq, dk, dv = first_order_only("triton", (dq, dk, dv), (q, k, v))
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None
 
 
 def ws_dkdv(cfg: TileConfig, q: Tensor, g: PreparedGroup | None = None) -> bool:

@@ -34,13 +34,14 @@ def _grads(out, inputs, w):
     ids=["dense", "qkdrop", "hash", "perhead"],
 )
 def test_calls_of_one_signature_bind_once_and_stay_exact(spec, monkeypatch):
-    """Three calls with fresh tensors and decisions bind each step once; each call's output
-    and gradients equal the reference's on its own inputs."""
+    """Four calls with fresh tensors and decisions: the first two bind each step (the second's
+    binding is kept), the others run the kept one; each call's output and gradients equal the
+    reference's on its own inputs."""
     binds = []
     for kind, bind in list(execute._BIND.items()):
         monkeypatch.setitem(execute._BIND, kind, lambda plan, step, inputs, bind=bind: (binds.append(step), bind(plan, step, inputs))[1])
     attn = ts.compile(spec, causal=True, backend="triton")
-    for seed in range(3):
+    for seed in range(4):
         q, k, v = _qkv(seed=seed)
         dec = attn.decide(q, k, generator=torch.Generator().manual_seed(seed))
         w = torch.randn(q.shape, generator=torch.Generator().manual_seed(10 + seed))
@@ -50,13 +51,14 @@ def test_calls_of_one_signature_bind_once_and_stay_exact(spec, monkeypatch):
         for got, ref in zip(_grads(out, (q, k, v), w), _grads(want, (q, k, v), w), strict=True):
             torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
     plan = attn.plan(q, k, v, decisions=dec)
-    assert binds == list(plan.steps), "each step bound once, on the first call"
-    assert len(plan.bound) == 1
+    assert binds == 2 * list(plan.steps), "each step bound on the first two calls only"
+    assert len(plan.bound) == 1 and plan.bound[next(iter(plan.bound))] is not None
 
 
 def test_a_new_size_binds_anew_and_every_call_is_exact():
-    """Sizes within one plan's size bucket get bound steps of their own; a call with another
-    scale (an op of its own, sdpa_call) and one back at the first size are exact too."""
+    """Sizes within one plan's size bucket get bound steps of their own (the first call of each
+    leaves a mark, the second its binding); a call with another scale (an op of its own,
+    sdpa_call) and one back at the first size are exact too."""
     spec = ts.Hash(buckets=3)
     attn = ts.compile(spec, causal=True, backend="triton")
     seen = []
@@ -66,8 +68,9 @@ def test_a_new_size_binds_anew_and_every_call_is_exact():
         out = attn(q, k, v, decisions=dec, scale=scale)
         want = ts.compile(spec, causal=True, scale=scale, backend="reference")(q, k, v, decisions=dec)
         torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
-        seen.append(len(attn.plan(q, k, v, decisions=dec).bound))
-    assert seen == [1, 2, 2, 2], seen
+        bound = attn.plan(q, k, v, decisions=dec).bound
+        seen.append(sum(steps is not None for steps in bound.values()))
+    assert seen == [0, 0, 0, 1], seen
 
 
 def test_bad_inputs_after_good_calls_still_raise():
@@ -131,9 +134,9 @@ def test_bound_attention_refuses_another_group():
 
 
 def test_the_decide_setup_is_worked_out_once_per_signature(monkeypatch):
-    """A call that makes its decisions chooses its hasher and selector once per signature (the
-    bound decide step's memo); ``attn.decide`` chooses anew each time, so a changed registry
-    reaches it. Each call's decisions are still drawn afresh: outputs equal the reference
+    """A call that makes its decisions chooses its hasher and selector once per kept binding of
+    its signature (the bound decide step's memo; the first call's binding is not kept);
+    ``attn.decide`` chooses anew each time, so a changed registry reaches it. Each call's decisions are still drawn afresh: outputs equal the reference
     under the decisions ``attn.decide`` makes with the same generator."""
     import tilesparse.api as api
 
@@ -142,8 +145,22 @@ def test_the_decide_setup_is_worked_out_once_per_signature(monkeypatch):
     monkeypatch.setattr(api, "decide_setup", lambda spec, inputs: made.append(1) or real(spec, inputs))
     attn = ts.compile(ts.Hybrid(parts=[ts.Hash(buckets=3), ts.QKDrop(keep=0.6)]), causal=True, backend="triton")
     q, k, v = _qkv(grad=False)
-    for seed in range(3):
+    for seed in range(4):
         out = attn(q, k, v, generator=torch.Generator().manual_seed(seed))
         dec = attn.decide(q, k, generator=torch.Generator().manual_seed(seed))
         torch.testing.assert_close(out, attn.reference(q, k, v, decisions=dec), atol=1e-4, rtol=1e-4)
-    assert len(made) == 1
+    assert len(made) == 2
+
+
+def test_sizes_that_change_every_call_keep_no_binding():
+    """A decode-like loop, one new length a call: nothing is kept for any size seen once, and
+    each call is exact."""
+    attn = ts.compile(ts.QKDrop(keep=0.6), causal=True, backend="triton")
+    q, k, v = _qkv(T=48, grad=False)
+    for T in range(33, 41):
+        dec = attn.decide(q[:, :, :T], k[:, :, :T])
+        out = attn(q[:, :, :T], k[:, :, :T], v[:, :, :T], decisions=dec)
+        torch.testing.assert_close(out, attn.reference(q[:, :, :T], k[:, :, :T], v[:, :, :T], decisions=dec), atol=1e-4, rtol=1e-4)
+    plan = attn.plan(q[:, :, :40], k[:, :, :40], v[:, :, :40], decisions=dec)
+    assert len(plan.bound) == 8 and all(steps is None for steps in plan.bound.values())
+    assert all(entry is None for entry in attn._signatures.values())

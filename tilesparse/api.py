@@ -118,7 +118,7 @@ class CompiledAttention:
         self._needed = spec.decision_fields
         self._ranges = (_buckets(spec), _support_k(spec))
         self._plans: dict[tuple, Plan] = {}
-        self._signatures: dict[tuple, tuple[Plan, float]] = {}  # per call signature: its plan, scale
+        self._signatures: dict[tuple, tuple[Plan, float] | None] = {}  # per call signature: its plan, scale
         self.stats = PlanStats()
         self._last: tuple[PreparedGroup, ...] = ()  # the last call's index tensors, for explain()
         self._key = library.register(self)
@@ -328,7 +328,8 @@ class CompiledAttention:
     def _checked(self, q: Tensor, k: Tensor, v: Tensor, *, decides: bool) -> tuple[AttentionInputs, Plan]:
         """``check_inputs``, the spec's fit and the plan of a call. What they check and choose
         is a function of the call's signature (shapes, dtypes, devices, whether gradients are
-        needed, whether it makes its decisions): a signature seen before reuses its plan."""
+        needed, whether it makes its decisions): a signature's third and later calls reuse the
+        verdict and the plan."""
         grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
         sig = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device, v.device, grad, decides)
         hit = self._signatures.get(sig)
@@ -340,7 +341,8 @@ class CompiledAttention:
         plan = self._plan(inputs, decides=decides)
         if len(self._signatures) >= _SIGNATURES:
             self._signatures.clear()
-        self._signatures[sig] = (plan, inputs.scale)
+        # kept from a signature's second call on (None: seen once), as execute.bound_steps does
+        self._signatures[sig] = (plan, inputs.scale) if sig in self._signatures else None
         return inputs, plan
 
     @with_sdpa_keywords

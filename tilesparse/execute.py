@@ -9,11 +9,11 @@ decide step leaves them unfilled (``tilesparse.decide``) and that group's index 
 them in the build's first launch; any other build hashes them first. The eager call, a CUDA
 graph's capture and the ``torch.compile`` custom op (``tilesparse.library``) all come here.
 
-The steps are bound once per call signature (the sizes of q, k and v, and the scale; a plan is
+The steps are bound per call signature (the sizes of q, k and v, and the scale; a plan is
 already one dtype, device and gradient mode): each index builder and attention backend works
 out there what every call of that signature shares (``IndexBuilder.bind``, ``Backend.bind``:
-buffer layouts, grids, launch constants), and a call of a signature seen before runs the bound
-steps, which are the plan's steps in the plan's order.
+buffer layouts, grids, launch constants). A signature's bound steps are kept from its second
+call on, and its later calls run them: the plan's steps in the plan's order.
 """
 
 from __future__ import annotations
@@ -73,15 +73,18 @@ def execute(plan: Plan, inputs: AttentionInputs, decide: Decide, *, until: str |
 
 def bound_steps(plan: Plan, inputs: AttentionInputs) -> tuple[tuple[int, BoundStep], ...]:
     """``plan.steps`` bound to the signature of ``inputs``, each with its kind's rank in
-    :data:`~tilesparse.planner.plan.STEP_KINDS` (made on a signature's first call)."""
+    :data:`~tilesparse.planner.plan.STEP_KINDS`. A signature's binding is kept from its second
+    call on: calls whose sizes change every time (a decode loop's growing keys) bind each time,
+    as cheaply as before, and leave nothing behind for the garbage collector to walk."""
     q, k, v = inputs.q, inputs.k, inputs.v
     key = (q.shape, k.shape, v.shape, inputs.scale)
     steps = plan.bound.get(key)
     if steps is None:
+        kinds = list(STEP_KINDS)
+        steps = tuple((kinds.index(s.kind), _BIND[s.kind](plan, s, inputs)) for s in plan.steps)
         if len(plan.bound) >= _BOUND_SIGNATURES:
             plan.bound.clear()
-        kinds = list(STEP_KINDS)
-        steps = plan.bound[key] = tuple((kinds.index(s.kind), _BIND[s.kind](plan, s, inputs)) for s in plan.steps)
+        plan.bound[key] = steps if key in plan.bound else None  # None: seen once
     return steps
 
 

@@ -21,7 +21,7 @@ from .backends import BUILDERS, id_check_for
 from .backends import REGISTRY as BACKENDS
 from .backends.reference import feature_mask, masked_attention
 from .decide import DeferredHash, decide_setup, lsh_part, make_decisions
-from .execute import Decide, execute, with_dense_heads
+from .execute import Decide, execute, keep_from_second_call, with_dense_heads
 from .graphs import CudaGraphRecorder, GraphedCalls, GraphStats
 from .inference import KVCache, attend_cached
 from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, check_scale, check_tensor_args, dense_mask, lower, tile_stats
@@ -114,9 +114,7 @@ class CompiledAttention:
         # whether a registered (not built-in) criterion decides: its ids are checked per call;
         # computed once, here (dynamo does not trace pydantic's attribute lookups)
         self._user_criteria = _user_criteria(spec)
-        # what the given decisions are checked against, from the (frozen) spec once
-        self._needed = spec.decision_fields
-        self._ranges = (_buckets(spec), _support_k(spec))
+        self._read_spec()
         self._plans: dict[tuple, Plan] = {}
         self._signatures: dict[tuple, tuple[Plan, float] | None] = {}  # per call signature: its plan, scale
         self.stats = PlanStats()
@@ -178,12 +176,16 @@ class CompiledAttention:
         """A copy plans afresh and registers under a key of its own in this process: a key
         taken from another process (or from the original) could name another op here."""
         self.__dict__.update(state)
-        self._needed = self.spec.decision_fields
-        self._ranges = (_buckets(self.spec), _support_k(self.spec))
+        self._read_spec()
         self._plans = {}
         self._signatures = {}
         self._last = ()
         self._key = library.register(self)
+
+    def _read_spec(self) -> None:
+        """What the given decisions are checked against, read off the (frozen) spec once."""
+        self._needed = self.spec.decision_fields
+        self._ranges = (_buckets(self.spec), _support_k(self.spec))
 
     def __repr__(self) -> str:
         return f"CompiledAttention({self.spec}, causal={self.causal}, backend={self.backend!r})"
@@ -339,10 +341,7 @@ class CompiledAttention:
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
         plan = self._plan(inputs, decides=decides)
-        if len(self._signatures) >= _SIGNATURES:
-            self._signatures.clear()
-        # kept from a signature's second call on (None: seen once), as execute.bound_steps does
-        self._signatures[sig] = (plan, inputs.scale) if sig in self._signatures else None
+        keep_from_second_call(self._signatures, sig, (plan, inputs.scale), _SIGNATURES)
         return inputs, plan
 
     @with_sdpa_keywords

@@ -31,7 +31,7 @@ from .patterns import Decisions
 from .planner import Plan, Step
 from .planner.plan import STEP_KINDS
 
-__all__ = ["Execution", "bound_steps", "execute", "with_dense_heads"]
+__all__ = ["Execution", "bound_steps", "execute", "keep_from_second_call", "with_dense_heads"]
 
 
 @dataclass
@@ -82,10 +82,17 @@ def bound_steps(plan: Plan, inputs: AttentionInputs) -> tuple[tuple[int, BoundSt
     if steps is None:
         kinds = list(STEP_KINDS)
         steps = tuple((kinds.index(s.kind), _BIND[s.kind](plan, s, inputs)) for s in plan.steps)
-        if len(plan.bound) >= _BOUND_SIGNATURES:
-            plan.bound.clear()
-        plan.bound[key] = steps if key in plan.bound else None  # None: seen once
+        keep_from_second_call(plan.bound, key, steps, _BOUND_SIGNATURES)
     return steps
+
+
+def keep_from_second_call(cache: dict, key, value, most: int) -> None:
+    """Store ``value`` under ``key`` if ``key`` was seen before, else mark it seen (None): what
+    a signature seen once leaves is one key, for the garbage collector to pass over. ``cache``
+    is emptied once it holds ``most`` keys."""
+    if len(cache) >= most:
+        cache.clear()
+    cache[key] = value if key in cache else None
 
 
 def _bind_decide(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:

@@ -46,7 +46,6 @@ __all__ = [
     "Prepared",
     "PreparedGroup",
     "assemble_group",
-    "group_supports",
     "head_index",
     "head_slots",
     "head_map",
@@ -227,10 +226,14 @@ _SIDE_FIELDS = ("order", "pos", "bucket", "ranges", "nseg")
 """A side tuple's PreparedGroup fields, in order; each is ``q_`` or ``k_`` prefixed."""
 
 
-def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_side) -> PreparedGroup:
+def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_side, *, hmap: Tensor | None = None) -> PreparedGroup:
     """A PreparedGroup from each side's (order, pos, bucket, ranges, nseg), with the feature
-    supports the score needs; shared by this module and fused index builders."""
-    sup_q, sup_k = group_supports(group, dec, hs, heads)
+    supports the score needs; shared by this module and fused index builders. ``hmap``: the
+    group's :func:`head_map`, where the caller holds it already."""
+    sup_q = sup_k = None
+    if isinstance(group.score, FeatureDotScore):
+        sup_q = select_heads(dec.q_support, hs, heads).to(torch.int32).contiguous()
+        sup_k = select_heads(dec.k_support, hs, heads).to(torch.int32).contiguous()
     sides = {
         f"{prefix}_{name}": tensor
         for prefix, side in (("q", q_side), ("k", k_side))
@@ -239,7 +242,7 @@ def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_sid
     return PreparedGroup(
         group=group,
         heads=tuple(hs),
-        head_map=head_map(tuple(hs), torch.device(device)),
+        head_map=head_map(tuple(hs), torch.device(device)) if hmap is None else hmap,
         seqlen=seqlen,
         block_q=program.block_q,
         block_k=program.block_k,
@@ -247,14 +250,6 @@ def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_sid
         q_support=sup_q,
         k_support=sup_k,
     )
-
-
-def group_supports(group: HeadGroup, dec, hs: tuple[int, ...], heads: int) -> tuple[Tensor | None, Tensor | None]:
-    """The feature supports of query heads ``hs`` (of ``heads``) as the kernels read them
-    (int32, contiguous), where ``group``'s score reads them; (None, None) elsewhere."""
-    if not isinstance(group.score, FeatureDotScore):
-        return None, None
-    return tuple(select_heads(t, hs, heads).to(torch.int32).contiguous() for t in (dec.q_support, dec.k_support))
 
 
 def head_map(heads: tuple[int, ...], device: torch.device) -> Tensor:

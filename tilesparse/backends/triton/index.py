@@ -46,7 +46,7 @@ from ...ir import (
     SameBucket,
     max_segments,
 )
-from ...ir.prepare import group_supports, head_map, select_heads
+from ...ir.prepare import assemble_group, head_map, select_heads
 from .launch import lean
 from .op import predicate_flags
 
@@ -484,7 +484,9 @@ def bind_group(
         BLOCK_Q=block_q, BLOCK_K=block_k, SEG_Q=seg_q, SEG_K=seg_k, **st.flags,
     )  # fmt: skip
     sides_scalars = (T, nb_q, nb_k, st.big, st.n_steps)
-    fixed = dict(group=group, heads=heads, head_map=hmap, seqlen=T, block_q=program.block_q, block_k=program.block_k)
+
+    def sel(t):
+        return select_heads(t, heads, H).contiguous()
 
     def build(dec, inputs: AttentionInputs) -> PreparedGroup:
         # every index tensor is a view of one int32 buffer: one allocation per call
@@ -497,14 +499,8 @@ def bind_group(
         else:
             keys, counts, skey0, skey1, order0, order1 = views[:6]
             q_out, k_out = views[6:11], views[11:16]
-            if st.keep:
-                q_keep, k_keep = (select_heads(dec.q_keep, heads, H).contiguous(), select_heads(dec.k_keep, heads, H).contiguous())
-            else:
-                q_keep = k_keep = keys
-            if st.has_bucket:
-                q_bkt, k_bkt = (select_heads(dec.q_bucket, heads, H).contiguous(), select_heads(dec.k_bucket, heads, H).contiguous())
-            else:
-                q_bkt = k_bkt = keys
+            q_keep, k_keep = (sel(dec.q_keep), sel(dec.k_keep)) if st.keep else (keys, keys)
+            q_bkt, k_bkt = (sel(dec.q_bucket), sel(dec.k_bucket)) if st.has_bucket else (keys, keys)
             sort_keys[grid](q_keep, k_keep, q_bkt, k_bkt, keys, counts, T, st.big, st.n_chunks, **keys_constants)
             if not st.fused_scan:
                 scan_counts[(2 * B * Hg,)](counts, st.n_chunks, **scan_constants)
@@ -512,12 +508,6 @@ def bind_group(
             scatter_sorted[grid](keys, counts, skey0, order0, T, st.big, st.n_chunks, **scatter_constants)
             sides = (skey0, order0, skey1, order1)
         build_sides[sides_grid](*sides, *q_out, *k_out, *sides_scalars, **sides_constants)
-        q_sup, k_sup = group_supports(group, dec, heads, H)
-        return PreparedGroup(
-            **fixed,
-            q_order=q_out[0], q_pos=q_out[1], q_bucket=q_out[2], q_ranges=q_out[3], q_nseg=q_out[4],
-            k_order=k_out[0], k_pos=k_out[1], k_bucket=k_out[2], k_ranges=k_out[3], k_nseg=k_out[4],
-            q_support=q_sup, k_support=k_sup,
-        )  # fmt: skip
+        return assemble_group(program, group, heads, dec, H, T, device, q_out, k_out, hmap=hmap)
 
     return build

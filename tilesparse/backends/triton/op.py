@@ -309,14 +309,16 @@ class Launches:
         """The dQ and the dK/dV launches."""
         cfg, flags = self.cfg, self.flags
         B, H, T, D, Tk, Hg = self.sizes
-        scalars = (Hg, T, Tk, None, self.scale * LOG2E, self.scale, self.k_group, self.v_group)
+        def scalars(n_blocks: int) -> tuple:
+            return (Hg, T, Tk, n_blocks, self.scale * LOG2E, self.scale, self.k_group, self.v_group)
+
         unchanged = None
         if ws_dq(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
             from . import gluon_dq
 
             unchanged = functools.partial(gluon_dq.launch, head_dim=D, max_seg=self.max_seg_q, flags=flags)
         dq = Launch(
-            (self.n_qb, B * Hg), scalars[:3] + (self.n_qb,) + scalars[4:],
+            (self.n_qb, B * Hg), scalars(self.n_qb),
             dict(BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n, MAX_SEG=self.max_seg_q, num_warps=cfg.dq_warps,
                  num_stages=cfg.dq_stages, **self.common, **flags),
             unchanged,
@@ -328,7 +330,7 @@ class Launches:
             unchanged = functools.partial(gluon_dkdv.launch, head_dim=D, per_query_head=not self.direct,
                                           max_seg=self.max_seg_k, flags=flags)  # fmt: skip
         dkdv = Launch(
-            (self.n_kb, B * Hg), scalars[:3] + (self.n_kb,) + scalars[4:],
+            (self.n_kb, B * Hg), scalars(self.n_kb),
             dict(DKV_PER_QUERY_HEAD=not self.direct, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=self.max_seg_k,
                  DP_FIRST=dp_first(cfg, flags["SINGLE_LOOP"]), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
                  **self.common, **flags),
@@ -388,14 +390,16 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: f
 
 def launch_fwd(
     q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig,
-    nonfinite: Tensor | None = None, launches: Launches | None = None,
+    nonfinite: Tensor | None = None,
 ) -> None:
     """The forward kernel's launch pair (nonfinite.py): O (B, Hg, Tq, D) and LSE (B, Hg, Tq)
-    of group ``g``; ``nonfinite``: the pass's zeroed flag (a new one when not given);
-    ``launches``: the call's bound launches (made here when not given)."""
+    of group ``g``; ``nonfinite``: the pass's zeroed flag (a new one when not given)."""
     if nonfinite is None:
         nonfinite = new_flags(q.device)[0]
-    fwd = (launches or Launches(q, k, v, g, scale, cfg)).fwd
+    _launch_fwd(q, k, v, o, lse, g, Launches(q, k, v, g, scale, cfg).fwd, nonfinite)
+
+
+def _launch_fwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: PreparedGroup, fwd: Launch, nonfinite: Tensor) -> None:
     launch_pair(
         kernels._attn_fwd, fwd.grid, q, k, v, o, lse,
         g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
@@ -410,7 +414,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, launches: Launch
     o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
     forward_flag, backward_flag = new_flags(q.device)
-    launch_fwd(q, k, v, o, lse, g, launches.scale, launches.cfg, forward_flag, launches)
+    _launch_fwd(q, k, v, o, lse, g, launches.fwd, forward_flag)
     return o, lse, backward_flag
 
 

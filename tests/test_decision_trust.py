@@ -96,3 +96,37 @@ def test_the_device_side_check_stops_an_out_of_range_id_without_reading_it_back(
     with pytest.raises(RuntimeError, match=r"decisions\.q_bucket values must lie in \[0, 4\)"):
         check_decision_tensor("decisions.q_bucket", t, device_values=True, **kw)
     check_decision_tensor("decisions.q_bucket", t, device_values=False, **kw)  # nothing asked
+
+
+def test_trusted_decisions_are_checked_once_per_call_sizes_and_again_when_trust_ends(monkeypatch):
+    """The structural checks of trusted decisions (fields, shapes, devices, dtypes) run on their
+    first call at given sizes only; decisions made for other sizes still raise, and an edit
+    or a swapped tensor (trust ended) brings every check back."""
+    import tilesparse.api as api
+
+    calls = []
+    check = api.check_decisions
+    monkeypatch.setattr(api, "check_decisions", lambda dec, **kw: calls.append(kw["values"]) or check(dec, **kw))
+    q, k, v = _qkv()
+    spec = ts.Hash(buckets=4)
+    attn = ts.compile(spec, backend="reference")
+    dec = attn.decide(q, k)
+    want = attn(q, k, v, decisions=dec)
+    for _ in range(3):
+        torch.testing.assert_close(attn(q, k, v, decisions=dec), want, rtol=0, atol=0)
+    assert calls == [False]  # checked once, the values never read back (trusted)
+    q2, k2, v2 = _qkv(T=64)
+    with pytest.raises(ValueError, match=r"decisions\.k_bucket must have shape \(1, 2, 64\)"):
+        attn(q2, k2, v2, decisions=dec)
+    assert calls == [False, False]
+    other = ts.compile(ts.Hash(buckets=2), backend="reference")  # another spec's ranges: checked
+    with pytest.raises(ValueError, match=r"values must lie in \[0, 2\)"):
+        other(q, k, v, decisions=ts.Decisions(q_bucket=dec.q_bucket.clone().fill_(3), k_bucket=dec.k_bucket))
+    calls.clear()
+    object.__setattr__(dec, "k_bucket", dec.k_bucket.view_as(dec.k_bucket))  # same storage, another object
+    assert not dec.trusted_for(spec)
+    attn(q, k, v, decisions=dec)
+    dec.q_bucket[0, 0, 0] = 9  # trust ended: the values are read back and refused
+    with pytest.raises(ValueError, match=r"decisions\.q_bucket values must lie in \[0, 4\)"):
+        attn(q, k, v, decisions=dec)
+    assert calls == [True, True]

@@ -254,9 +254,14 @@ class CompiledAttention:
         # validate=True on the device, clamped and reported later (decision_errors), with
         # validate=False by a device-side assertion; ``host`` forces the read-back
         checked = not decisions.trusted_for(self.spec)
+        buckets, support_k = self._ranges
+        if not checked:  # trusted: the structural checks alone, once per call sizes
+            fit = (self._needed, inputs.batch, inputs.heads, inputs.q_len, inputs.k_len, inputs.head_dim,
+                   inputs.device, buckets, support_k)  # fmt: skip
+            if decisions.fits(fit):
+                return decisions
         deferred = checked and self.validate and not host and inputs.device.type in decision_errors.DEFERRED_DEVICES
         host = checked and not deferred and (self.validate or inputs.device.type != "cuda")
-        buckets, support_k = self._ranges
         check_decisions(
             decisions,
             needed=self._needed,
@@ -271,6 +276,8 @@ class CompiledAttention:
             values=host,
             device_values=checked and not host and not deferred,
         )
+        if not checked:
+            decisions.fitted(fit)
         return self._check_on_device(decisions, inputs, poison) if deferred else decisions
 
     def _check_on_device(self, decisions: Decisions, inputs: AttentionInputs, poison: list) -> Decisions:

@@ -46,6 +46,10 @@ class Decisions:
         object.__setattr__(self, "_trusted", True)
         object.__setattr__(self, "_trusted_spec", spec)
         object.__setattr__(self, "_stamp", _stamp(self))
+        # the field objects the stamp was read from: while every field still holds its object,
+        # each is the tensor with real storage it was then, and only its contents need reading
+        object.__setattr__(self, "_stamped", tuple(getattr(self, n) for n in DECISION_FIELDS))
+        object.__setattr__(self, "_fits", None)
         return self
 
     @property
@@ -61,7 +65,27 @@ class Decisions:
         if own is not spec and own != spec:
             return False
         stamp = getattr(self, "_stamp", None)
-        return stamp is not None and stamp == _stamp(self)
+        if stamp is None:
+            return False
+        stamped = self._stamped
+        if any(getattr(self, n) is not t for n, t in zip(DECISION_FIELDS, stamped, strict=True)):
+            return False  # a swapped tensor: its contents are not the ones trusted
+        return stamp == tuple(
+            (n, t.data_ptr(), t._version, t.shape, t.stride())
+            for n, t in zip(DECISION_FIELDS, stamped, strict=True)
+            if t is not None
+        )
+
+    def fits(self, key: tuple) -> bool:
+        """Whether :meth:`check_decisions`' structural checks (fields, shapes, devices, dtypes)
+        passed on these trusted decisions for the call sizes ``key`` (:meth:`fitted`): a
+        trusted tensor's shape, device and dtype cannot change while its trust holds."""
+        return getattr(self, "_fits", None) == key
+
+    def fitted(self, key: tuple) -> None:
+        """Record that the structural checks passed for ``key`` (trusted decisions only)."""
+        if self.is_trusted:
+            object.__setattr__(self, "_fits", key)
 
     def present(self) -> frozenset[str]:
         """Names of the fields that hold a tensor."""

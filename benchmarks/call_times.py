@@ -18,17 +18,21 @@ advises for host-bound steps) unless ``--autograd-threads``.
 
 Compiling a pattern's kernels takes tens of seconds; timing it, a few. So that many processes
 can compile at once and still time one at a time on an idle host, ``--lock DIR`` makes each
-process compile (warm up) first, wait until ``--expect`` processes have, and then time while
-holding an exclusive lock on ``DIR/lock``. One process per pattern and shape:
+process compile (warm up) first, wait until ``--expect`` processes have, then time every row
+while holding an exclusive lock on ``DIR/lock``, ``--rounds`` times (the processes take turns),
+and wait again before exiting (no CUDA context is torn down while another process times).
+Each figure is the median over the rounds, every round's figures beside it. One process per
+pattern and shape:
 
     for p in keep0.5 hash16 ...; do python3 benchmarks/call_times.py --patterns $p --shapes 1x16x16x64x4096 \\
-        --lock $DIR --expect N --out $DIR/$p.json & done; wait
+        --lock $DIR --expect N --rounds 4 --out $DIR/$p.json & done; wait
     python3 benchmarks/call_times.py --merge $DIR/*.json --out call_times.json
 
-``--device cpu`` (with ``TRITON_INTERPRET=1``) runs the script on the CPU at small sizes, float32,
-against the math SDPA: a check that it runs, not a measurement. ``--merge`` writes the rows of several files into one and prints, per row, each time against
-cuDNN's (synchronized) and the host time against the goals (0.15 ms forward, 0.3 ms
-forward+backward).
+``--merge`` writes the pattern rows of several files into one, each with the SDPA rows its own
+process timed, and prints per row each time against cuDNN's (synchronized) and the host time
+against the goals (0.15 ms forward, 0.3 ms forward+backward). ``--device cpu`` (with
+``TRITON_INTERPRET=1``) runs the script on the CPU at small sizes, float32, against the math
+SDPA: a check that it runs, not a measurement.
 """
 
 from __future__ import annotations

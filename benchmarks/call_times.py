@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import tilesparse as ts  # noqa: E402
 from tilesparse.bench.grid import PATTERNS  # noqa: E402
-from tilesparse.bench.timing import sync, synchronized_ms, time_call  # noqa: E402
+from tilesparse.bench.timing import host_us, sync, synchronized_ms, time_call  # noqa: E402
 
 DEVICE = torch.device("cuda")
 # the SDPA baselines timed beside every row: cuDNN's and flash's on CUDA, the math one on the CPU
@@ -65,21 +65,10 @@ GOAL_US = {"fwd": 150.0, "fwd_bwd": 300.0}
 MODES = ("fwd", "fwd_bwd", "fwd_decide_nograd")
 
 
-def host_us(fn, calls: int) -> float:
-    """Median host time of ``fn`` over ``calls`` calls, each started on an idle device."""
-    times = []
-    for _ in range(calls):
-        sync(DEVICE)
-        t = time.perf_counter_ns()
-        fn()
-        times.append(time.perf_counter_ns() - t)
-    sync(DEVICE)
-    return statistics.median(times) / 1e3
-
-
 def three(fn, calls: int) -> dict:
     b2b = 1e3 * time_call(fn, DEVICE, warmup_ms=25, rep_ms=100, min_reps=20, cpu_reps=0)[0]
-    return {"host": round(host_us(fn, calls), 1), "b2b": round(b2b, 1),
+    host = host_us(fn, DEVICE, calls, stat="median", warmup=0)  # from an idle device
+    return {"host": round(host, 1), "b2b": round(b2b, 1),
             "sync": round(1e3 * synchronized_ms(fn, DEVICE, calls=calls), 1)}
 
 

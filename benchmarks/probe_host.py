@@ -57,9 +57,7 @@ import contextlib
 import json
 import os
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -71,6 +69,7 @@ import tilesparse as ts  # noqa: E402
 from tilesparse.execute import with_dense_heads  # noqa: E402
 from tilesparse.ir import check_inputs, check_tensor_args  # noqa: E402
 from tilesparse.sdpa_call import parse_sdpa_call  # noqa: E402
+from tilesparse.bench import timing  # noqa: E402
 from tilesparse.bench.grid import PATTERNS as GRID_PATTERNS  # noqa: E402
 
 PATTERNS = {name: p.spec for name, p in GRID_PATTERNS.items() if name != "dense"}  # Dense on Triton
@@ -86,23 +85,8 @@ STAT = ["mean"]  # --stat
 
 
 def host_us(fn, calls: int, device: torch.device, *, sync_each: bool = False, warmup: int = 3) -> float:
-    """Host time of ``fn`` (us; the mean over ``calls`` runs, or with ``--stat median`` the
-    median): each run starts on an idle device (a synchronize before it, outside the timing),
-    so the figure is the time to enqueue the call, never the wait for a full launch queue
-    behind kernels slower than the host; ``sync_each``: the run includes a synchronize after
-    the call (the wall time of a call that waits on its result)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(calls):
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        if sync_each:
-            _sync(device)
-        times.append(time.perf_counter() - t0)
-    _sync(device)
-    return 1e6 * (statistics.median(times) if STAT[0] == "median" else statistics.fmean(times))
+    """:func:`tilesparse.bench.timing.host_us` with ``--stat``'s statistic."""
+    return timing.host_us(fn, device, calls, stat=STAT[0], sync_each=sync_each, warmup=warmup)
 
 
 class LaunchCounter:

@@ -255,11 +255,11 @@ class CompiledAttention:
         # validate=False by a device-side assertion; ``host`` forces the read-back
         checked = not decisions.trusted_for(self.spec)
         buckets, support_k = self._ranges
-        if not checked:  # trusted: the structural checks alone, once per call sizes
-            fit = (self._needed, inputs.batch, inputs.heads, inputs.q_len, inputs.k_len, inputs.head_dim,
-                   inputs.device, buckets, support_k)  # fmt: skip
-            if decisions.fits(fit):
-                return decisions
+        # trusted: the structural checks alone, once per call sizes (``fit``)
+        fit = None if checked else (self._needed, inputs.batch, inputs.heads, inputs.q_len, inputs.k_len,
+                                    inputs.head_dim, inputs.device, buckets, support_k)  # fmt: skip
+        if fit is not None and decisions.fits(fit):
+            return decisions
         deferred = checked and self.validate and not host and inputs.device.type in decision_errors.DEFERRED_DEVICES
         host = checked and not deferred and (self.validate or inputs.device.type != "cuda")
         check_decisions(
@@ -276,7 +276,7 @@ class CompiledAttention:
             values=host,
             device_values=checked and not host and not deferred,
         )
-        if not checked:
+        if fit is not None:
             decisions.fitted(fit)
         return self._check_on_device(decisions, inputs, poison) if deferred else decisions
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["free", "gpu_ms", "summarize", "sync", "synchronized_ms", "time_call"]
+__all__ = ["free", "gpu_ms", "host_us", "summarize", "sync", "synchronized_ms", "time_call"]
 
 
 def sync(device: torch.device) -> None:
@@ -91,6 +91,29 @@ def synchronized_ms(
         sync(device)
         times.append(1e3 * (time.perf_counter() - t0))
     return statistics.median(times)
+
+
+def host_us(
+    fn: Callable[[], object], device: torch.device, calls: int, *, stat: str = "mean", sync_each: bool = False,
+    warmup: int = 3,
+) -> float:
+    """Host time of ``fn`` (us; the ``stat``, "mean" or "median", over ``calls`` runs): each run
+    starts on an idle device (a synchronize before it, outside the timing), so the figure is
+    the time to enqueue the call, never the wait for a full launch queue behind kernels slower
+    than the host; ``sync_each``: the run includes a synchronize after the call (the wall time
+    of a call that waits on its result)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(calls):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        if sync_each:
+            sync(device)
+        times.append(time.perf_counter() - t0)
+    sync(device)
+    return 1e6 * (statistics.median(times) if stat == "median" else statistics.fmean(times))
 
 
 def gpu_ms(fn: Callable[[], object], device: torch.device, calls: int = 10) -> float:

@@ -43,12 +43,13 @@ class Decisions:
 
         The mark holds for the tensors' contents at this moment: it records each tensor's
         version counter and data pointer, and an in-place edit (or a swapped tensor) ends it."""
+        # the field objects the stamp is read from: while every field still holds its object,
+        # each is the tensor with real storage it was then, and only its contents need reading
+        stamped = tuple(getattr(self, n) for n in DECISION_FIELDS)
         object.__setattr__(self, "_trusted", True)
         object.__setattr__(self, "_trusted_spec", spec)
-        object.__setattr__(self, "_stamp", _stamp(self))
-        # the field objects the stamp was read from: while every field still holds its object,
-        # each is the tensor with real storage it was then, and only its contents need reading
-        object.__setattr__(self, "_stamped", tuple(getattr(self, n) for n in DECISION_FIELDS))
+        object.__setattr__(self, "_stamped", stamped)
+        object.__setattr__(self, "_stamp", _stamp(stamped))
         object.__setattr__(self, "_fits", None)
         return self
 
@@ -70,11 +71,7 @@ class Decisions:
         stamped = self._stamped
         if any(getattr(self, n) is not t for n, t in zip(DECISION_FIELDS, stamped, strict=True)):
             return False  # a swapped tensor: its contents are not the ones trusted
-        return stamp == tuple(
-            (n, t.data_ptr(), t._version, t.shape, t.stride())
-            for n, t in zip(DECISION_FIELDS, stamped, strict=True)
-            if t is not None
-        )
+        return stamp == _contents(stamped)
 
     def fits(self, key: tuple) -> bool:
         """Whether :meth:`check_decisions`' structural checks (fields, shapes, devices, dtypes)
@@ -122,20 +119,23 @@ def plain_tensor(t: Tensor) -> bool:
     return type(t) is Tensor and not torch._is_functional_tensor(t) and not is_functorch_wrapped_tensor(t)
 
 
-def _stamp(dec: Decisions) -> tuple | None:
-    """What the contents of ``dec``'s tensors are known by: per field its data pointer, version
-    counter (bumped by every in-place write), shape and strides; None for tensors without
-    real storage (fake tensors while tracing, meta tensors), which are never trusted: their data
-    pointers say nothing of their contents."""
-    out = []
-    for name in DECISION_FIELDS:
-        t = getattr(dec, name)
-        if t is None:
-            continue
-        if not isinstance(t, Tensor) or t.is_meta or (not plain_tensor(t) and is_fake(t)):
+def _contents(stamped: tuple) -> tuple:
+    """What the contents of the tensors ``stamped`` (a Decisions' field objects, in
+    :data:`DECISION_FIELDS` order) are known by: per field its data pointer, version counter
+    (bumped by every in-place write), shape and strides."""
+    return tuple(
+        (n, t.data_ptr(), t._version, t.shape, t.stride()) for n, t in zip(DECISION_FIELDS, stamped, strict=True) if t is not None
+    )
+
+
+def _stamp(stamped: tuple) -> tuple | None:
+    """:func:`_contents` of ``stamped``; None for tensors without real storage (fake tensors
+    while tracing, meta tensors), which are never trusted: their data pointers say nothing of
+    their contents."""
+    for t in stamped:
+        if t is not None and (not isinstance(t, Tensor) or t.is_meta or (not plain_tensor(t) and is_fake(t))):
             return None
-        out.append((name, t.data_ptr(), t._version, t.shape, t.stride()))
-    return tuple(out)
+    return _contents(stamped)
 
 
 def check_decisions(

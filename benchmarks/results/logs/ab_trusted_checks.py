@@ -21,7 +21,7 @@ def old_trusted_for(self, spec):  # the tree before (792c55b)
     if own is not spec and own != spec:
         return False
     stamp = getattr(self, "_stamp", None)
-    return stamp is not None and stamp == pd._stamp(self)
+    return stamp is not None and stamp == pd._stamp(tuple(getattr(self, n) for n in pd.DECISION_FIELDS))  # every field read anew
 def use(new):
     pd.Decisions.trusted_for = new_trusted_for if new else old_trusted_for
     pd.Decisions.fits = new_fits if new else (lambda self, key: False)

@@ -1,6 +1,5 @@
-"""The lean launch path (its hits through ``cuLaunchKernel``: launch.RawLaunch) gives bitwise
-the results of Triton's normal ``kernel[grid]`` path, forward and backward, index build
-included, for every built-in pattern (GPU only)."""
+"""The lean launch path gives bitwise the results of Triton's normal ``kernel[grid]`` path,
+forward and backward, index build included, for every built-in pattern (GPU only)."""
 
 from __future__ import annotations
 
@@ -50,8 +49,5 @@ def test_lean_path_is_bitwise_the_normal_path(name, shape, causal):
     launched = sum(lean(f).hits for f in KERNELS) > hits
     if lean_supported():
         assert launched, "the lean path never launched"
-        # its hits went to the driver through RawLaunch (launch._RAW is on by default)
-        raws = [entry[4] for f in KERNELS for entry in lean(f).cache.values()]
-        assert raws and all(r is not None for r in raws), "a kernel's hits went through Triton's launcher"
     else:
         assert not launched, f"the lean path launched on Triton {triton.__version__}, which it does not support"

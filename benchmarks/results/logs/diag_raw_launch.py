@@ -1,6 +1,6 @@
 """#12: what one kernel launch costs the host through each path, and whole calls with hits
 launched by ``cuLaunchKernel`` (launch.RawLaunch) against Triton's launcher, alternated in one
-process.
+process. RawLaunch was slower and was reverted: this script runs on the tree of commit fb71bee.
 
 ``--part launch``: a kernel of 16 pointer and 24 int parameters (the forward kernel's order of
 size) that does nothing, grid (1, 1, 1): per launch, the median over rounds of 200 launches

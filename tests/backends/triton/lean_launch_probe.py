@@ -9,12 +9,8 @@ mean the lean path launches what Triton would. The kernel has what the attention
 have: tensors, specialized and ``do_not_specialize`` ints, a float, a bool, and compile-time
 parameters last, one of them left to its default. Its tensors say they are on CUDA (a
 subclass), so that the lean launch hands the launcher their addresses, as it does on a GPU.
-
-It also launches the compiled kernel once through a RawLaunch whose ``cuLaunchKernel`` is a
-stand-in that reads each parameter back from the buffer by the compiled signature's type.
 """
 
-import ctypes
 import json
 
 import torch
@@ -23,7 +19,7 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.runtime.driver import driver
 
-from tilesparse.backends.triton.launch import LeanKernel, prepared, raw_launch
+from tilesparse.backends.triton.launch import LeanKernel
 
 STREAM = 1234
 _calls: list[tuple] = []
@@ -101,30 +97,12 @@ if __name__ == "__main__":
     driver.set_active(_Sm90Driver())
     x, y = (torch.zeros(256).as_subclass(OnCuda) for _ in range(2))
     args = (x, y, 200, 7, 0.5, True)
-    compiled = _axpb[(3, 2)](*args, BLOCK=128, num_warps=4)
+    _axpb[(3, 2)](*args, BLOCK=128, num_warps=4)
     (normal,) = _calls
     lean = LeanKernel(_axpb, enabled=True)
     lean._device = lambda: 0
     lean._stream = lambda device: STREAM
     lean[(3, 2)](*args, BLOCK=128, num_warps=4)  # a miss: compiled (cached) through the normal path
     lean[(3, 2)](*args, BLOCK=128, num_warps=4)  # a hit: the lean launch
-    signature = list(compiled.src.signature.values())
-    raw_calls = []
-
-    def _driver_launch(function, g0, g1, g2, bx, by, bz, shared, stream, params, extra):
-        """Stands in for cuLaunchKernel: reads each parameter back by the compiled signature's type."""
-        kept = [t for t in signature if t != "constexpr"]
-        read = {"i1": ctypes.c_int8, "u1": ctypes.c_uint8, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
-                "fp32": ctypes.c_float}  # fmt: skip
-        values = [(ctypes.c_uint64 if t.startswith("*") else read[t]).from_address(params[i]).value
-                  for i, t in enumerate(kept)]  # fmt: skip
-        scratch = [ctypes.c_uint64.from_address(params[len(kept) + j]).value for j in range(2)]
-        raw_calls.append({"function": function, "grid": [g0, g1, g2], "block": [bx, by, bz], "shared": shared,
-                          "stream": stream, "params": values, "scratch": scratch, "extra": extra})  # fmt: skip
-        return 0
-
-    raw = raw_launch(compiled, len(args), launch=_driver_launch)
-    raw(3, 2, 1, STREAM, prepared(args)[1])
     print(json.dumps({"triton": triton.__version__, "hits": lean.hits, "calls": len(_calls),
-                      "normal": _encode(normal), "lean": _encode(_calls[-1]), "signature": signature,
-                      "packed_metadata": list(compiled.packed_metadata), "raw": raw_calls}))  # fmt: skip
+                      "normal": _encode(normal), "lean": _encode(_calls[-1])}))  # fmt: skip

@@ -7,7 +7,6 @@ the normal path's results.
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from tilesparse.backends.triton import launch as L  # noqa: E402
-from tilesparse.backends.triton.launch import (  # noqa: E402
-    LEAN_TRITON, OPTIONS, LeanKernel, arg_key, lean, lean_supported, raw_launch,
-)  # fmt: skip
+from tilesparse.backends.triton.launch import LEAN_TRITON, OPTIONS, LeanKernel, arg_key, lean, lean_supported  # noqa: E402
 from tilesparse.backends.triton.versions import installed_triton  # noqa: E402
 
 from lean_launch_probe import OnCuda  # noqa: E402
@@ -214,13 +210,7 @@ def test_the_key_is_at_least_as_fine_as_tritons():
     assert all(len(specs) == 1 for specs in by_key.values()), by_key
 
 
-@pytest.fixture(scope="module")
-def probe() -> dict:
-    """lean_launch_probe.py's record, made once for the tests that read it."""
-    return run_compiling(str(Path(__file__).with_name("lean_launch_probe.py")))
-
-
-def test_a_lean_launch_hands_tritons_launcher_what_tritons_own_launch_does(probe):
+def test_a_lean_launch_hands_tritons_launcher_what_tritons_own_launch_does():
     """lean_launch_probe.py on the installed Triton (a kernel compiled for sm_90, a driver that
     records instead of launching): a lean launch passes the launcher the arguments of Triton's
     own launch of the same call, but each CUDA tensor as its address, and None for the launch
@@ -228,7 +218,7 @@ def test_a_lean_launch_hands_tritons_launcher_what_tritons_own_launch_does(probe
     calls either). That holds exactly
     on the releases in LEAN_TRITON: a release where it holds and that is not listed fails here
     until it is recorded (the key test above runs on it too)."""
-    r = probe
+    r = run_compiling(str(Path(__file__).with_name("lean_launch_probe.py")))
     normal, got = r["normal"], r["lean"]
     assert [a for a in normal if a[0] == "tensor"], normal  # the probe's tensors reach Triton's launcher
     normal = [["int", a[1]] if a[0] == "tensor" else a for a in normal]  # the lean path: their addresses
@@ -241,103 +231,6 @@ def test_a_lean_launch_hands_tritons_launcher_what_tritons_own_launch_does(probe
         f"({'record the release in' if same else 'take the release out of'} launch.LEAN_TRITON)\n"
         f"Triton's: {normal}\nlean:     {got}"
     )
-
-
-def test_a_raw_launch_hands_the_driver_what_tritons_launcher_would(probe):
-    """The probe's kernel compiled for sm_90 (pointers, specialized and unspecialized ints, a
-    float, a bool, a constant left to its default), launched once through a RawLaunch whose
-    ``cuLaunchKernel`` reads the parameter buffer back by the compiled signature's types: the
-    grid, 32 threads per warp, the shared memory, the stream and the function Triton's launcher
-    was given, and each parameter the signature keeps with the value Triton's launcher got for
-    it (tensors: their addresses), then the two scratch pointers, null."""
-    normal, signature = probe["normal"], probe["signature"]
-    (raw,) = probe["raw"]
-    num_warps, num_ctas, shared = probe["packed_metadata"]
-    assert normal[5] == ["tuple", probe["packed_metadata"]]  # what Triton's launcher reads them from
-    assert raw["grid"] == [a[1] for a in normal[:3]] and raw["stream"] == normal[3][1] and raw["function"] == normal[4][1]
-    assert raw["block"] == [32 * num_warps, 1, 1] and raw["shared"] == shared and num_ctas == 1
-    args = normal[9:]
-    assert len(args) == len(signature)
-    want = [a[1] for a, t in zip(args, signature, strict=True) if t != "constexpr"]
-    assert raw["params"] == want and raw["scratch"] == [0, 0] and raw["extra"] is None
-    assert {"i32", "fp32", "u1"} <= set(signature) and any(t.startswith("*") for t in signature)
-
-
-class _Md:
-    num_warps, num_ctas, shared = 4, 1, 0
-    launch_cooperative_grid = launch_pdl = False
-    global_scratch_size = profile_scratch_size = 0
-
-
-class _Src:
-    def __init__(self, types):
-        self.signature = {f"a{i}": t for i, t in enumerate(types)}
-
-
-class _RawCompiled:
-    function = 0xBEEF
-
-    def __init__(self, types, **md):
-        self.src, self.metadata = _Src(types), _Md()
-        for k, v in md.items():
-            setattr(self.metadata, k, v)
-        m = self.metadata
-        self.packed_metadata = (m.num_warps, m.num_ctas, m.shared)
-
-
-@pytest.mark.parametrize(
-    "types, md",
-    [
-        (["*fp32", "i32", "constexpr"], {"num_ctas": 2}),
-        (["*fp32", "i32", "constexpr"], {"launch_cooperative_grid": True}),
-        (["*fp32", "i32", "constexpr"], {"launch_pdl": True}),
-        (["*fp32", "i32", "constexpr"], {"global_scratch_size": 64}),
-        (["*fp32", "i32", "constexpr"], {"profile_scratch_size": 64}),
-        (["*fp32", "bf16", "constexpr"], {}),  # a 16-bit float scalar
-        (["*fp32", ("i32", "i32"), "constexpr"], {}),  # a tuple
-        (["*fp32", "i32", "i32"], {}),  # a parameter after the runtime ones that is not compile-time
-    ],
-    ids=["cluster", "cooperative", "pdl", "global-scratch", "profile-scratch", "bf16-scalar", "tuple", "runtime-tail"],
-)
-def test_what_a_raw_launch_does_not_pack_is_left_to_tritons_launcher(types, md):
-    assert raw_launch(_RawCompiled(types, **md), 2, launch=lambda *a: 0) is None
-    assert raw_launch(_RawCompiled(["*fp32", "i32", "constexpr"]), 2, launch=lambda *a: 0) is not None
-
-
-def test_a_raw_launch_the_driver_refuses_is_relaunched_through_tritons_launcher():
-    """The driver's error (a thread without a context, say) sends the launch to Triton's
-    launcher, which sets the context up or raises the error in its own words; an empty grid
-    launches nothing."""
-    calls = []
-    fn = _Kernel()
-    k = _lean(fn)
-    x = torch.zeros(8).as_subclass(OnCuda)
-    k[(3,)](x, 5, 0.5, BLOCK=32)  # the miss: Triton's path
-    key = next(iter(k.cache))
-    raw = L.RawLaunch(0xBEEF, 128, 0, [0, 1, 2], ["Q", "i", "f"], lambda *a: calls.append(a) or 201)
-    k.cache[key] = (*k.cache[key][:4], raw)
-    k[(3,)](x, 5, 0.5, BLOCK=32)
-    assert len(calls) == 1 and [e[0] for e in fn.log] == ["normal", "lean"]
-    raw0 = L.RawLaunch(0xBEEF, 128, 0, [0], ["Q"], lambda *a: calls.append(a) or 0)
-    assert raw0(0, 1, 1, 7, (x.data_ptr(),)) and len(calls) == 1
-
-
-def test_a_raw_launch_packs_each_value_in_a_slot_of_its_own():
-    """Pointers, 32- and 64-bit ints, floats, bools: each in its own 8-byte slot, read back as
-    the driver reads it; the picks leave out what the compiled kernel made compile-time."""
-    seen = []
-
-    def driver(function, g0, g1, g2, bx, by, bz, shared, stream, params, extra):
-        types = (ctypes.c_uint64, ctypes.c_int32, ctypes.c_int64, ctypes.c_float, ctypes.c_int8, ctypes.c_double)
-        seen.append([t.from_address(params[i]).value for i, t in enumerate(types)])
-        seen.append([ctypes.c_uint64.from_address(params[6 + j]).value for j in range(2)])
-        return 0
-
-    compiled = _RawCompiled(["*bf16", "i32", "constexpr", "i64", "fp32", "i1", "fp64", "constexpr"])
-    raw = raw_launch(compiled, 7, launch=driver)
-    assert raw is not None
-    assert raw(2, 1, 1, 9, (0x7F00_0000_1230, -5, 1, 2**40 + 3, 0.25, True, -1.5))
-    assert seen == [[0x7F00_0000_1230, -5, 2**40 + 3, 0.25, 1, -1.5], [0, 0]]
 
 
 def test_an_unknown_argument_type_is_a_clear_error():

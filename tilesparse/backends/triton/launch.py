@@ -17,12 +17,8 @@ own cache by what Triton specializes on (:func:`prepared`):
 That key is at least as fine as Triton's own (two launches with one key have one Triton key),
 so the kernel a miss compiled through the normal path is the one a hit launches. Triton's
 process-wide compile settings (``triton.knobs``: debug, instrumentation) are not in it: they
-count when a kernel compiles, so set them before the first call. A hit hands the driver the
-launch itself: one ``cuLaunchKernel`` on a parameter buffer packed in one call
-(:class:`RawLaunch`), with what Triton's launcher would pass it. Where a kernel needs more than
-that launcher's plain case (clusters, cooperative launches, scratch memory, tensor descriptors,
-16-bit float scalars), a tensor is not on CUDA, or the driver refuses the launch, a hit calls
-the compiled kernel's own launcher with the arguments in the kernel's order, as
+count when a kernel compiles, so set them before the first call. A hit calls
+the compiled kernel's launcher with the arguments in the kernel's order, as
 ``JITFunction.run`` does after its own cache lookup, but each CUDA tensor as its address
 (:func:`prepared`): the launcher then skips its per-tensor driver query.
 
@@ -37,10 +33,7 @@ speed-ups in place (``interpreter.speed_up_interpreter``).
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import struct
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from functools import reduce
 from operator import attrgetter, itemgetter, or_
@@ -51,10 +44,7 @@ from torch import Tensor
 
 from .versions import installed_triton
 
-__all__ = [
-    "LEAN_TRITON", "OPTIONS", "LeanKernel", "RawLaunch", "arg_key", "lean", "lean_supported", "normal_launches",
-    "prepared", "raw_launch",
-]  # fmt: skip
+__all__ = ["LEAN_TRITON", "OPTIONS", "LeanKernel", "arg_key", "lean", "lean_supported", "normal_launches", "prepared"]
 
 # (major, minor) of the Triton releases whose JITFunction.run / CompiledKernel.run this path
 # mirrors: on each, tests/backends/triton/test_lean_launch.py checks that a lean launch hands the
@@ -152,8 +142,8 @@ def prepared(args: Sequence) -> tuple[tuple, tuple]:
     itself, so that the launcher still checks it.
 
     The key holds the arguments' types (their :class:`_Layout`, one per tuple of types), the
-    tensors' dtypes and 16-byte alignment (one ``True`` when all are aligned), the scalars'
-    keys, and last whether every tensor is on CUDA (a raw launch packs addresses only). Its loops run in C (``map``, ``itemgetter``), and the scalars' keys are remembered
+    tensors' dtypes and 16-byte alignment (one ``True`` when all are aligned) and the scalars'
+    keys. Its loops run in C (``map``, ``itemgetter``), and the scalars' keys are remembered
     per argument layout."""
     kinds = tuple(map(type, args))
     layout = _LAYOUTS.get(kinds)
@@ -163,9 +153,8 @@ def prepared(args: Sequence) -> tuple[tuple, tuple]:
     scalars = layout.scalars(args)
     addresses = tuple(map(_data_ptr, tensors))
     aligned = True if not reduce(or_, addresses, 0) & 15 else tuple(a & 15 == 0 for a in addresses)
-    on_cuda = all(map(_on_cuda, tensors))
-    key = (layout, tuple(map(_dtype, tensors)), aligned, layout.scalar_key(scalars), on_cuda)
-    if not on_cuda:
+    key = (layout, tuple(map(_dtype, tensors)), aligned, layout.scalar_key(scalars))
+    if not all(map(_on_cuda, tensors)):
         addresses = tuple(a if t.is_cuda else t for a, t in zip(addresses, tensors, strict=True))
     if layout.leading:
         return key, addresses + scalars
@@ -272,118 +261,14 @@ class LeanKernel:
             # what a hit hands the launcher besides the grid, the stream and the arguments: the
             # constants after them come from the key's constants (and the defaults)
             tail = tuple(constants[n] if n in constants else self.defaults[n] for n in self.const_names)
-            # all tensors on CUDA (the key's last part): their addresses are what a raw launch packs
-            raw = raw_launch(compiled, self.n_runtime) if args_key[-1] else None
-            self.cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, tail, raw)
+            self.cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, tail)
             return
         self.hits += 1
-        run, function, metadata, tail, raw = hit
+        run, function, metadata, tail = hit
         g0 = grid[0]
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
-        stream = self._stream(device)
-        if raw is not None and _RAW[0] and raw(g0, g1, g2, stream, run_args):
-            return
-        run(g0, g1, g2, stream, function, metadata, None, None, None, *run_args, *tail)
-
-
-# a runtime parameter's type in a compiled kernel's signature -> its struct code: what Triton's
-# launcher hands the driver for it (pointers as 64-bit addresses; fp16/bf16 scalars, tensor
-# descriptors and tuples are left to Triton's launcher)
-_PACK = {
-    "i1": "b", "i8": "b", "u1": "B", "u8": "B", "i16": "h", "u16": "H", "i32": "i", "u32": "I", "i64": "q",
-    "u64": "Q", "fp32": "f", "f32": "f", "fp64": "d",
-}  # fmt: skip
-_SLOT = 8  # bytes per parameter in a RawLaunch's buffer: every value naturally aligned
-_CUDA: list = []  # [cuLaunchKernel, or None where libcuda cannot be loaded], on first use
-_RAW = [True]  # hits launch through RawLaunch where one was made (off: Triton's launcher)
-_RAW_LOCK = threading.Lock()  # a RawLaunch's buffer is filled and launched by one thread at a time
-
-
-def _cu_launch_kernel():
-    """The driver's ``cuLaunchKernel``, called with the GIL held (``PyDLL``): a launch only
-    enqueues, and the buffer it reads stays the caller's until it returns."""
-    if not _CUDA:
-        try:
-            fn = ctypes.PyDLL("libcuda.so.1").cuLaunchKernel
-            fn.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-            fn.restype = ctypes.c_int
-        except (OSError, AttributeError):
-            fn = None
-        _CUDA.append(fn)
-    return _CUDA[0]
-
-
-class RawLaunch:
-    """A compiled kernel launched by one ``cuLaunchKernel`` call: its parameters packed into one
-    buffer made once (one ``struct.pack_into``), where Triton's launcher parses each argument
-    anew per launch behind a Python wrapper of its own.
-
-    It hands the driver what Triton 3.6-3.9's launcher does for the kernels it is made for
-    (:func:`raw_launch`): the grid, ``32 * num_warps`` threads, the kernel's dynamic shared
-    memory, the stream, and the parameters the compiled signature keeps (those it made
-    compile-time, a 1 or a constant, are left out), then its two scratch pointers, null.
-    ``tests/backends/triton/test_lean_launch.py`` checks the packing against the arguments
-    Triton's own launch receives; the GPU test checks results bitwise."""
-
-    __slots__ = ("function", "threads", "shared", "pick", "fmt", "buf", "params", "launch")
-
-    def __init__(self, function: int, threads: int, shared: int, picks: list[int], codes: list[str], launch):
-        self.function, self.threads, self.shared, self.launch = function, threads, shared, launch
-        self.pick = _picker(picks)
-        self.fmt = "=" + "".join(c + (f"{_SLOT - struct.calcsize(c)}x" if struct.calcsize(c) < _SLOT else "") for c in codes)
-        n = len(codes) + 2  # the kernel's parameters, then its global and profile scratch pointers (null)
-        self.buf = ctypes.create_string_buffer(_SLOT * n)
-        base = ctypes.addressof(self.buf)
-        self.params = (ctypes.c_void_p * n)(*(base + _SLOT * i for i in range(n)))
-
-    def __call__(self, g0: int, g1: int, g2: int, stream: int, run_args: tuple) -> bool:
-        """Launch on ``stream`` with the runtime arguments as :func:`prepared` hands them over;
-        False when the driver refused (the caller then launches through Triton's launcher, which
-        sets the context up where a thread has none, or raises the driver's error)."""
-        if not (g0 and g1 and g2):
-            return True  # an empty grid launches nothing (as Triton's launcher)
-        values = self.pick(run_args)
-        with _RAW_LOCK:
-            struct.pack_into(self.fmt, self.buf, 0, *values)
-            rc = self.launch(self.function, g0, g1, g2, self.threads, 1, 1, self.shared, stream, self.params, None)
-        return rc == 0
-
-
-def raw_launch(compiled, n_runtime: int, launch=None) -> RawLaunch | None:
-    """A :class:`RawLaunch` of ``compiled`` (a kernel Triton compiled, with ``n_runtime`` runtime
-    parameters first, its compile-time ones after), or None where Triton's launcher must launch
-    it: clusters, cooperative or programmatic-dependent launches, scratch memory, parameters of
-    other types than ints, 32/64-bit floats and pointers, or no ``libcuda`` (``launch`` stands in
-    for ``cuLaunchKernel``: tests)."""
-    launch = launch or _cu_launch_kernel()
-    md = getattr(compiled, "metadata", None)
-    src = getattr(compiled, "src", None)
-    function = getattr(compiled, "function", None)
-    # what Triton's launcher reads the block size, cluster and shared memory from
-    packed = getattr(compiled, "packed_metadata", None)
-    if launch is None or md is None or not isinstance(getattr(src, "signature", None), dict) or not function:
-        return None
-    if not (isinstance(packed, tuple) and len(packed) == 3 and all(type(x) is int for x in packed)):
-        return None
-    num_warps, num_ctas, shared = packed
-    if num_ctas != 1 or getattr(md, "launch_cooperative_grid", False) or getattr(md, "launch_pdl", False):
-        return None
-    if getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0) or getattr(md, "tensordesc_meta", None):
-        return None
-    types = list(src.signature.values())
-    if len(types) < n_runtime or any(t != "constexpr" for t in types[n_runtime:]):
-        return None
-    picks, codes = [], []
-    for i, t in enumerate(types[:n_runtime]):
-        if t == "constexpr":
-            continue
-        code = "Q" if isinstance(t, str) and t.startswith("*") else _PACK.get(t) if isinstance(t, str) else None
-        if code is None:
-            return None
-        picks.append(i)
-        codes.append(code)
-    return RawLaunch(function, 32 * num_warps, shared, picks, codes, launch)
+        run(g0, g1, g2, self._stream(device), function, metadata, None, None, None, *run_args, *tail)
 
 
 @contextlib.contextmanager

@@ -28,6 +28,11 @@ pattern and shape:
         --lock $DIR --expect N --rounds 4 --out $DIR/$p.json & done; wait
     python3 benchmarks/call_times.py --merge $DIR/*.json --out call_times.json
 
+``--ab NAME`` times a change on and off in each process (:data:`SWITCHES` names the context
+manager that turns it off; ``index-pool``: index buffers lent per call, ``backends/buffers.py``):
+every round times each mode both ways, which goes first alternating by round, the modes with
+the change off suffixed ``@off``: an A/B within one process, where the host's speed is shared.
+
 ``--merge`` writes the pattern rows of several files into one, each with the SDPA rows its own
 process timed, and prints per row each time against cuDNN's (synchronized) and the host time
 against the goals (0.15 ms forward, 0.3 ms forward+backward). ``--device cpu`` (with
@@ -63,6 +68,10 @@ SDPA = {"cuda": (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLA
         "cpu": (("math", SDPBackend.MATH),)}
 GOAL_US = {"fwd": 150.0, "fwd_bwd": 300.0}
 MODES = ("fwd", "fwd_bwd", "fwd_decide_nograd")
+# --ab NAME: a change timed on and off in one process, round by round; each names the context
+# manager that turns it off
+SWITCHES = {"index-pool": "tilesparse.backends.buffers:unpooled"}
+OFF = "@off"  # suffix of a mode timed with the --ab change turned off
 
 
 def three(fn, calls: int) -> dict:
@@ -147,10 +156,16 @@ def run(args) -> None:
         args.lock.mkdir(parents=True, exist_ok=True)
         _wait_for(args.lock, "ready", args.expect, args.wait_s)
     rounds: dict[str, list] = {key: [] for key in rows}
+    switch = _switch(args.ab)
     for r in range(args.rounds):
         with turn(args.lock):
             for key, fns in rows.items():
-                rounds[key].append({mode: three(fn, args.calls) for mode, fn in fns.items()})
+                rec = {}
+                # with --ab, the change on and off, in turns: which goes first alternates by round
+                for off in ((False, True) if r % 2 == 0 else (True, False)) if switch else (False,):
+                    with switch() if off else contextlib.nullcontext():
+                        rec.update({mode + (OFF if off else ""): three(fn, args.calls) for mode, fn in fns.items()})
+                rounds[key].append(rec)
                 print(f"round {r}", key, rounds[key][-1], flush=True)
         time.sleep(0.2)  # let a waiting process take the next turn
     # per figure the median over rounds, every round's figures beside it
@@ -170,6 +185,14 @@ def run(args) -> None:
         _wait_for(args.lock, "done", args.expect, args.wait_s)
 
 
+def _switch(name: str | None):
+    """The context manager that turns the ``--ab`` change off (None without ``--ab``)."""
+    if name is None:
+        return None
+    module, attr = SWITCHES[name].split(":")
+    return getattr(__import__(module, fromlist=[attr]), attr)
+
+
 def merge(args) -> None:
     """One file of every pattern row, each with the SDPA rows its own process timed."""
     rows, metas = {}, []
@@ -181,16 +204,17 @@ def merge(args) -> None:
             if not name.startswith("sdpa_"):
                 rows[key] = {**r, **{n.split("/")[1]: b for n, b in d["rows"].items() if n.startswith(f"{shape}/sdpa_")}}
     args.out.write_text(json.dumps({"meta": metas, "rows": rows}, indent=1))
-    print(f"{'row':>34} {'mode':>8} | host  b2b sync us | SDPA sync  | sync/SDPA  | sync/b2b | host/goal "
+    print(f"{'row':>34} {'mode':>12} | host  b2b sync us | SDPA sync  | sync/SDPA  | sync/b2b | host/goal "
           "(SDPA: cuDNN's; the math one on the CPU)")
     for key in sorted(rows):
-        for mode in MODES:
+        for mode in (m + off for m in MODES for off in ("", OFF)):
             c = rows[key].get(mode)
             if c is None:
                 continue
-            base = "fwd" if mode == "fwd_decide_nograd" else mode
+            base = mode.removesuffix(OFF)
+            base = "fwd" if base == "fwd_decide_nograd" else base
             ref = rows[key].get("sdpa_cudnn", rows[key].get("sdpa_math"))[base]["sync"]
-            print(f"{key[-34:]:>34} {mode[:8]:>8} | {c['host']:4.0f} {c['b2b']:4.0f} {c['sync']:4.0f}    | {ref:10.0f} | "
+            print(f"{key[-34:]:>34} {mode[:12]:>12} | {c['host']:4.0f} {c['b2b']:4.0f} {c['sync']:4.0f}    | {ref:10.0f} | "
                   f"{c['sync'] / ref:10.2f} | {c['sync'] / c['b2b']:8.2f} | {c['host'] / GOAL_US[base]:9.2f}")
 
 
@@ -208,6 +232,8 @@ def main() -> None:
     ap.add_argument("--expect", type=int, default=1, help="processes to wait for before timing (--lock)")
     ap.add_argument("--wait-s", type=float, default=300.0, help="the longest wait for them")
     ap.add_argument("--merge", nargs="+", help="JSON files of this script to merge into --out")
+    ap.add_argument("--ab", choices=sorted(SWITCHES),
+                    help=f"time every mode also with this change off (modes suffixed {OFF}), in turns each round")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cpu: a smoke run of the script itself (TRITON_INTERPRET=1, float32; no figure to report)")
     args = ap.parse_args()

@@ -34,16 +34,19 @@ def test_probe_ws_forward_agrees_with_the_backends_forward_kernel():
 def test_call_times_times_every_mode_of_every_row_in_each_round_and_merges(tmp_path):
     """``benchmarks/call_times.py --device cpu`` (the script's own check; its figures come from
     the GPU): under a lock, two rounds of a pattern's three modes and SDPA's two, each timed three
-    ways; ``--merge`` then gives each pattern row its own process's SDPA rows and prints the ratios."""
+    ways, and again with the ``--ab`` change off; ``--merge`` then gives each pattern row its own
+    process's SDPA rows and prints the ratios."""
     script = str(ROOT / "benchmarks" / "call_times.py")
     one = tmp_path / "keep.json"
     r = run_python(script, "--device", "cpu", "--shapes", "1x2x1x16x64", "--patterns", "keep0.5", "--calls", "2",
-                   "--warmup", "1", "--rounds", "2", "--lock", str(tmp_path / "lock"), "--out", str(one))
+                   "--warmup", "1", "--rounds", "2", "--lock", str(tmp_path / "lock"), "--out", str(one),
+                   "--ab", "index-pool")  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(p.name.split(".")[0] for p in (tmp_path / "lock").iterdir()) == ["done", "lock", "ready"]
     rows = json.loads(one.read_text())["rows"]
     assert sorted(rows) == ["B1_H2_Hkv1_D16_T64/keep0.5", "B1_H2_Hkv1_D16_T64/sdpa_math"]
-    assert sorted(rows["B1_H2_Hkv1_D16_T64/keep0.5"]) == ["fwd", "fwd_bwd", "fwd_decide_nograd"]
+    modes = ["fwd", "fwd_bwd", "fwd_decide_nograd"]
+    assert sorted(rows["B1_H2_Hkv1_D16_T64/keep0.5"]) == sorted(modes + [m + "@off" for m in modes])  # --ab
     for row in rows.values():
         for fig in row.values():
             assert len(fig["rounds"]) == 2 and all(rr[m] > 0 for rr in fig["rounds"] for m in ("host", "b2b", "sync"))
@@ -54,4 +57,4 @@ def test_call_times_times_every_mode_of_every_row_in_each_round_and_merges(tmp_p
     out = json.loads(merged.read_text())["rows"]
     assert list(out) == ["B1_H2_Hkv1_D16_T64/keep0.5"]
     assert out["B1_H2_Hkv1_D16_T64/keep0.5"]["sdpa_math"] == rows["B1_H2_Hkv1_D16_T64/sdpa_math"]
-    assert sum("B1_H2_Hkv1_D16_T64/keep0.5" in line for line in r.stdout.splitlines()) == 3
+    assert sum("B1_H2_Hkv1_D16_T64/keep0.5" in line for line in r.stdout.splitlines()) == 6  # each mode, on and off

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from . import library
 from .backends import BUILDERS, id_check_for
+from .backends.buffers import unpooled
 from .backends import REGISTRY as BACKENDS
 from .backends.reference import feature_mask, masked_attention
 from .decide import DeferredHash, decide_setup, lsh_part, make_decisions
@@ -454,7 +455,8 @@ class CompiledAttention:
         inputs = check_inputs(q, k, v, scale=self.scale)
         self._check_spec_fits(inputs)
         plan = self._plan(inputs, decides=decisions is None)
-        ex = execute(plan, inputs, self._decide_step(inputs, decisions, generator), until="index")
+        with unpooled():  # the groups are the caller's: their buffers are not lent again
+            ex = execute(plan, inputs, self._decide_step(inputs, decisions, generator), until="index")
         dec = ex.decisions
         groups = tuple(  # a group that reads no index tensors gets the IR's, for inspection
             g if g is not None else BUILDERS["torch"].build(plan.program, a.group, a.heads, with_dense_heads(dec, a.dense_heads), inputs)

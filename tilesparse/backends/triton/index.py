@@ -47,6 +47,7 @@ from ...ir import (
     max_segments,
 )
 from ...ir.prepare import assemble_group, head_map, select_heads
+from ..buffers import BufferPool
 from .launch import lean
 from .op import predicate_flags
 
@@ -465,8 +466,8 @@ def bind_group(
     program: Program, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs
 ) -> Callable[[object, AttentionInputs], PreparedGroup]:
     """:func:`build_group` for every call with the sizes and device of ``inputs``: the buffer's
-    layout, the grids and the launches' constants are worked out here, once; a call allocates
-    one buffer, takes its views and launches."""
+    layout, the grids and the launches' constants are worked out here, once; a call takes a
+    buffer and its views from the build's pool (``backends/buffers.py``) and launches."""
     B, T, Hg, H, device = inputs.batch, inputs.seqlen, len(heads), inputs.heads, inputs.device
     st = _static(group, program.block_q, program.block_k, B, Hg, T)
     heads = tuple(heads)
@@ -488,10 +489,20 @@ def bind_group(
     def sel(t):
         return select_heads(t, heads, H).contiguous()
 
+    pool = BufferPool(st.total, st.views, device)
+
     def build(dec, inputs: AttentionInputs) -> PreparedGroup:
-        # every index tensor is a view of one int32 buffer: one allocation per call
-        buf = torch.empty(st.total, dtype=torch.int32, device=device)
-        views = [buf.as_strided(*v) for v in st.views]
+        # every index tensor is a view of one int32 buffer, lent by the pool (buffers.py)
+        entry = pool.take()
+        try:
+            g = fill(entry[1], dec)
+        except BaseException:
+            pool.give_back(entry)
+            raise
+        pool.lend(entry, g)
+        return g
+
+    def fill(views: list, dec) -> PreparedGroup:
         if st.identity:
             q_out, k_out = views[:5], views[5:10]
             dummy = q_out[0]  # identity reads no keys

@@ -30,16 +30,17 @@ SPECS = one_of_each_kind(keep=0.7, buckets=4, k=4)
 # reordered), the attention forward (a launch pair per head group: the kernel and its
 # sanitizing variant), its backward (dQ and dK/dV, a pair each, and the sum of the per-query-head
 # dK and dV into the kv heads) and, for given ids, their check (one launch for both sides).
-# torch: the two passes' zeroed flags (one fill a call); for given ids, their check's poison
-# (a copy, and a multiply of the output and of dQ); TopKFeatures' q~ and k~ and their gradients
-# (a launch each, features.py); PerHead's head selections and the gradients' sums over its groups
+# The two passes' non-finite flags are zeroed in the index build's block pass (no fill of their
+# own). torch: for given ids, their check's poison (a copy, and a multiply of the output and of
+# dQ); TopKFeatures' q~ and k~ and their gradients (a launch each, features.py); PerHead's head
+# selections and the gradients' sums over its groups
 MOST = {  # pattern: (forward trusted, forward given, forward+backward given)
-    "dense": (4, 4, 9),
-    "qkdrop": (6, 6, 11),
-    "hash": (6, 9, 15),
-    "topk": (6, 9, 17),
-    "hybrid": (6, 9, 15),
-    "perhead": (12, 15, 34),
+    "dense": (3, 3, 8),
+    "qkdrop": (5, 5, 10),
+    "hash": (5, 8, 14),
+    "topk": (5, 8, 16),
+    "hybrid": (5, 8, 14),
+    "perhead": (10, 13, 32),
 }
 _ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 

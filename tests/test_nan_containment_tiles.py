@@ -101,26 +101,28 @@ def test_containment_holds_with_dp_issued_first(kind):
         test_a_non_finite_query_reaches_only_its_own_row_and_its_keys("triton")
 
 
-def test_the_flag_stays_clear_on_finite_inputs_and_is_set_by_a_leak(monkeypatch):
+def test_the_flag_stays_clear_on_finite_inputs_and_is_set_by_a_leak():
     """Triton's protocol (backends/triton/nonfinite.py): finite inputs leave both passes' flags
     at 0 (the sanitizing variants exit at once); an inf in v at key J, which the rows before J
     in its diagonal tile do not keep, makes the unchanged forward variant store a NaN there
     and set the forward flag, and the sanitizing variant's output is contained."""
-    from tilesparse.backends.triton import op
-
-    made: list[torch.Tensor] = []  # each call's forward flag, then its backward flag
-    monkeypatch.setattr(op, "new_flags", lambda device: made.extend(torch.zeros(2, dtype=torch.int32).unbind()) or made[-2:])
     spec, dec, mask = _case("causal")
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn((1, 2, T, 32), generator=g) for _ in range(3))
     attn = ts.compile(spec, causal=True, backend="triton")
+
+    def flags() -> list[int]:  # the last call's forward and backward flags, which its index build zeroed
+        (group,) = attn._last
+        return [int(f) for f in group.flags]
+
     _run(attn, q, k, v, dec)
-    assert [int(f) for f in made] == [0, 0]
-    made.clear()
+    assert flags() == [0, 0]
     bad = v.clone()
     bad[0, 1, J] = float("inf")
     out = attn(q, k, bad, decisions=dec)
-    assert [int(f) for f in made] == [1, 0]  # no backward ran
+    assert flags() == [1, 0]  # no backward ran
+    _run(attn, q, k, v, dec)
+    assert flags() == [0, 0]  # the next call's build zeroed its flags again
     want = ts.compile(spec, causal=True, backend="reference")(q, k, v, decisions=dec)
     torch.testing.assert_close(out[0, 1, :J], want[0, 1, :J], atol=1e-4, rtol=1e-4)
     assert not out[0, 1, J:].isfinite().any()

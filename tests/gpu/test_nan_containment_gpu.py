@@ -90,15 +90,11 @@ def test_feature_groups_contain_a_non_finite_key(spec, tensor, value, backend):
     _check(spec, backend, torch.float16, 64, tensor, value, feature_key=True)
 
 
-def _recording_flags(monkeypatch) -> list[torch.Tensor]:
-    """Every call's two non-finite flags (nonfinite.py): the forward's, then the backward's."""
-    from tilesparse.backends.triton import op
-
-    made: list[torch.Tensor] = []
-    monkeypatch.setattr(
-        op, "new_flags", lambda device: made.extend(torch.zeros(2, dtype=torch.int32, device=device).unbind()) or made[-2:]
-    )
-    return made
+def _flags(attn) -> list[int]:
+    """The last call's two non-finite flags (nonfinite.py), the forward's then the backward's,
+    which its index build zeroed (``PreparedGroup.flags``)."""
+    (group,) = attn._last
+    return [int(f) for f in group.flags]
 
 
 @pytest.mark.parametrize("dtype,D", [(torch.float16, 64), (torch.bfloat16, 128)], ids=["fp16-64", "bf16-128"])
@@ -108,23 +104,24 @@ def test_finite_inputs_take_the_unchanged_kernels(dtype, D, monkeypatch):
     earlier rows of its diagonal tile do not keep sets the forward pass's flag."""
     from tilesparse.backends.triton import op
 
-    flags = _recording_flags(monkeypatch)
     q, k, v, dec = _setup(ts.Hash(buckets=4), dtype, D)
     attn = ts.compile(ts.Hash(buckets=4), backend="triton")
     w = torch.rand((1, 2, T, D), device=DEVICE)
     a, ga = _run(attn, q, k, v, dec, w)
-    assert len(flags) == 2 and all(int(f) == 0 for f in flags)
+    assert _flags(attn) == [0, 0]
     with monkeypatch.context() as m:
         # the unchanged variant alone (for dK/dV the warp-specialized kernel, where it runs)
         m.setattr(op, "launch_pair", lambda kernel, grid, *args, unchanged=None, **kw: (
             unchanged(grid, args) if unchanged else kernel[grid](*args, **kw)))
         b, gb = _run(attn, q, k, v, dec, w)
     assert torch.isfinite(a).all() and torch.equal(a, b) and all(torch.equal(x, y) for x, y in zip(ga, gb, strict=True))
-    flags.clear()
     x = v.clone()
     x[0, 1, J] = float("inf")
-    ts.compile(ts.Dense(), causal=True, backend="triton")(q, k, x)
-    assert [int(f) for f in flags] == [1, 0]  # the forward's set; no backward ran
+    dense = ts.compile(ts.Dense(), causal=True, backend="triton")
+    dense(q, k, x)
+    assert _flags(dense) == [1, 0]  # the forward's set; no backward ran
+    dense(q, k, v)
+    assert _flags(dense) == [0, 0]  # the next call's build zeroed them again
 
 
 @pytest.mark.parametrize("backend", ["cupy", "triton"])

@@ -76,6 +76,9 @@ class PreparedGroup:
     k_nseg       (B, Hg, nKB) int32
     q_support    (B, Hg, T, k) int32 feature ids, original order (FeatureDotScore) or None
     k_support    likewise
+    flags        the call's two non-finite flags, (1,) int32 each (the forward pass's, the
+                 backward pass's), zeroed by a build that writes them (Triton's), else None
+                 (the attention step zeroes flags of its own)
     ============ ================= ==========================================================
 
     The dense mask it stands for, rebuilt from these tensors (what :meth:`to_dense` does)::
@@ -106,6 +109,7 @@ class PreparedGroup:
     k_nseg: Tensor
     q_support: Tensor | None = None
     k_support: Tensor | None = None
+    flags: tuple[Tensor, Tensor] | None = None
 
     q_len = tensor_size("q_order", 2, "Tq, the query rows (``seqlen`` is Tk, the key rows).")
     k_len = tensor_size("k_order", 2)
@@ -226,10 +230,12 @@ _SIDE_FIELDS = ("order", "pos", "bucket", "ranges", "nseg")
 """A side tuple's PreparedGroup fields, in order; each is ``q_`` or ``k_`` prefixed."""
 
 
-def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_side, *, hmap: Tensor | None = None) -> PreparedGroup:
+def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_side, *, hmap: Tensor | None = None,
+                   flags: tuple[Tensor, Tensor] | None = None) -> PreparedGroup:  # fmt: skip
     """A PreparedGroup from each side's (order, pos, bucket, ranges, nseg), with the feature
     supports the score needs; shared by this module and fused index builders. ``hmap``: the
-    group's :func:`head_map`, where the caller holds it already."""
+    group's :func:`head_map`, where the caller holds it already; ``flags``: the non-finite
+    flags the build zeroed."""
     sup_q = sup_k = None
     if isinstance(group.score, FeatureDotScore):
         sup_q = select_heads(dec.q_support, hs, heads).to(torch.int32).contiguous()
@@ -249,6 +255,7 @@ def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_sid
         **sides,
         q_support=sup_q,
         k_support=sup_k,
+        flags=flags,
     )
 
 

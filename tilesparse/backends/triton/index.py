@@ -280,14 +280,18 @@ def _build_side(SKEY, ORDER, OTHER, ORDER_OUT, POS_OUT, BKT_OUT, RANGES, NSEG,
 @triton.jit(do_not_specialize=["seqlen", "nb_q", "nb_k", "big", "n_steps"])
 def _build_sides(Q_SKEY, Q_ORDER, K_SKEY, K_ORDER,
                  Q_ORDER_OUT, Q_POS_OUT, Q_BKT_OUT, Q_RANGES, Q_NSEG,
-                 K_ORDER_OUT, K_POS_OUT, K_BKT_OUT, K_RANGES, K_NSEG,
+                 K_ORDER_OUT, K_POS_OUT, K_BKT_OUT, K_RANGES, K_NSEG, FLAGS,
                  seqlen, nb_q, nb_k, big, n_steps,
                  Q_SENTINEL: tl.constexpr, K_SENTINEL: tl.constexpr, Q_DROPPED: tl.constexpr, K_DROPPED: tl.constexpr,
                  BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, SEG_Q: tl.constexpr, SEG_K: tl.constexpr,
                  CAUSAL: tl.constexpr, STRICT: tl.constexpr, NOT_SELF: tl.constexpr, IDENTITY: tl.constexpr):
     """Both sides' :func:`_build_side` in one launch: programs (block, batch x head, side); a
-    program past its side's blocks has nothing to do (the sides' block counts differ)."""
+    program past its side's blocks has nothing to do (the sides' block counts differ). The
+    first program also zeroes the call's two non-finite flags (nonfinite.py), which the
+    attention kernels launched after it set."""
     pid = tl.program_id(0)
+    if (pid == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
+        tl.store(FLAGS + tl.arange(0, 2), tl.zeros([2], dtype=tl.int32))
     if tl.program_id(2) == 0:
         if pid < nb_q:
             _build_side(Q_SKEY, Q_ORDER, K_SKEY, Q_ORDER_OUT, Q_POS_OUT, Q_BKT_OUT, Q_RANGES, Q_NSEG,
@@ -325,10 +329,12 @@ class _Static:
     # per side: (blocks, rows per block, segment slots, sentinel, dropped bucket)
     sides: tuple[tuple[int, int, int, int, int], tuple[int, int, int, int, int]]
     # int32 elements of the one buffer every index tensor is a view of (keys unless identity,
-    # then per side order, pos, bucket, ranges, nseg), each view starting 16-byte aligned
+    # then per side order, pos, bucket, ranges, nseg, then the two non-finite flags), each view
+    # starting 16-byte aligned (the backward pass's flag aside: 4 bytes after the forward's)
     total: int
     # (shape, strides, offset) of each view, in that order: the sort's scratch (keys, counts,
-    # then per side its sorted keys and order) unless identity, then per side the five outputs
+    # then per side its sorted keys and order) unless identity, then per side the five outputs,
+    # then the flags (both, the forward pass's, the backward pass's)
     views: tuple = ()
 
 
@@ -398,6 +404,7 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
         S = max_segments(block, group.buckets)
         sides.append((nb, block, S, sentinel, dropped))
         total += 3 * _aligned(B * Hg * T) + _aligned(B * Hg * nb * S * 4) + _aligned(B * Hg * nb)
+    total += _aligned(2)  # the non-finite flags
     fused_scan = triton.next_power_of_2(n_chunks) * cat_pad <= _FUSED_SCAN
     views, used = _views(identity, B, Hg, T, n_chunks, cat_pad, sides)
     assert used == total, f"index views end at {used}, the buffer holds {total}"
@@ -451,6 +458,10 @@ def _views(identity: bool, B: int, Hg: int, T: int, n_chunks: int, cat_pad: int,
         take(B, Hg, T)
         take(B, Hg, nb, S, 4)
         take(B, Hg, nb)
+    flags = used
+    take(2)  # the non-finite flags: both, then the forward pass's and the backward pass's
+    take(1, at=flags)
+    take(1, at=flags + 1)
     return tuple(out), used
 
 
@@ -503,6 +514,7 @@ def bind_group(
         return g
 
     def fill(views: list, dec) -> PreparedGroup:
+        flags, flag_pair = views[-3], tuple(views[-2:])
         if st.identity:
             q_out, k_out = views[:5], views[5:10]
             dummy = q_out[0]  # identity reads no keys
@@ -518,7 +530,7 @@ def bind_group(
             # both sides' sorted keys and orders, from side 0's start
             scatter_sorted[grid](keys, counts, skey0, order0, T, st.big, st.n_chunks, **scatter_constants)
             sides = (skey0, order0, skey1, order1)
-        build_sides[sides_grid](*sides, *q_out, *k_out, *sides_scalars, **sides_constants)
-        return assemble_group(program, group, heads, dec, H, T, device, q_out, k_out, hmap=hmap)
+        build_sides[sides_grid](*sides, *q_out, *k_out, flags, *sides_scalars, **sides_constants)
+        return assemble_group(program, group, heads, dec, H, T, device, q_out, k_out, hmap=hmap, flags=flag_pair)
 
     return build

@@ -413,7 +413,8 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, launches: Launch
     B, H, T, D, Tk, Hg = launches.sizes
     o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
-    forward_flag, backward_flag = new_flags(q.device)
+    # zeroed by the group's build where it wrote them, else a fill of their own
+    forward_flag, backward_flag = g.flags or new_flags(q.device)
     _launch_fwd(q, k, v, o, lse, g, launches.fwd, forward_flag)
     return o, lse, backward_flag
 

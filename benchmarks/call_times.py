@@ -28,7 +28,7 @@ pattern and shape:
         --lock $DIR --expect N --rounds 4 --out $DIR/$p.json & done; wait
     python3 benchmarks/call_times.py --merge $DIR/*.json --out call_times.json
 
-``--ab NAME`` times a change on and off in each process (:data:`SWITCHES` names the context
+``--ab NAME`` times a change on and off in each process (:data:`SWITCHES` holds the context
 manager that turns it off; ``index-pool``: index buffers lent per call, ``backends/buffers.py``):
 every round times each mode both ways, which goes first alternating by round, the modes with
 the change off suffixed ``@off``: an A/B within one process, where the host's speed is shared.
@@ -60,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import tilesparse as ts  # noqa: E402
 from tilesparse.bench.grid import PATTERNS  # noqa: E402
+from tilesparse.backends.buffers import unpooled  # noqa: E402
 from tilesparse.bench.timing import host_us, sync, synchronized_ms, time_call  # noqa: E402
 
 DEVICE = torch.device("cuda")
@@ -68,9 +69,9 @@ SDPA = {"cuda": (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLA
         "cpu": (("math", SDPBackend.MATH),)}
 GOAL_US = {"fwd": 150.0, "fwd_bwd": 300.0}
 MODES = ("fwd", "fwd_bwd", "fwd_decide_nograd")
-# --ab NAME: a change timed on and off in one process, round by round; each names the context
-# manager that turns it off
-SWITCHES = {"index-pool": "tilesparse.backends.buffers:unpooled"}
+# --ab NAME: a change timed on and off in one process, round by round: the context manager
+# that turns it off
+SWITCHES = {"index-pool": unpooled}
 OFF = "@off"  # suffix of a mode timed with the --ab change turned off
 
 
@@ -156,13 +157,14 @@ def run(args) -> None:
         args.lock.mkdir(parents=True, exist_ok=True)
         _wait_for(args.lock, "ready", args.expect, args.wait_s)
     rounds: dict[str, list] = {key: [] for key in rows}
-    switch = _switch(args.ab)
+    switch = SWITCHES.get(args.ab)
     for r in range(args.rounds):
+        # with --ab, the change on and off, in turns: which goes first alternates by round
+        offs = (False,) if switch is None else (False, True)[:: 1 if r % 2 == 0 else -1]
         with turn(args.lock):
             for key, fns in rows.items():
                 rec = {}
-                # with --ab, the change on and off, in turns: which goes first alternates by round
-                for off in ((False, True) if r % 2 == 0 else (True, False)) if switch else (False,):
+                for off in offs:
                     with switch() if off else contextlib.nullcontext():
                         rec.update({mode + (OFF if off else ""): three(fn, args.calls) for mode, fn in fns.items()})
                 rounds[key].append(rec)
@@ -183,14 +185,6 @@ def run(args) -> None:
     args.out.write_text(json.dumps({"meta": meta, "rows": out}, indent=1))
     if args.lock is not None:  # no process tears its CUDA context down while another times
         _wait_for(args.lock, "done", args.expect, args.wait_s)
-
-
-def _switch(name: str | None):
-    """The context manager that turns the ``--ab`` change off (None without ``--ab``)."""
-    if name is None:
-        return None
-    module, attr = SWITCHES[name].split(":")
-    return getattr(__import__(module, fromlist=[attr]), attr)
 
 
 def merge(args) -> None:

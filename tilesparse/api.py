@@ -18,8 +18,8 @@ from torch import Tensor
 
 from . import library
 from .backends import BUILDERS, id_check_for
-from .backends.buffers import unpooled
 from .backends import REGISTRY as BACKENDS
+from .backends.buffers import unpooled
 from .backends.reference import feature_mask, masked_attention
 from .decide import DeferredHash, decide_setup, lsh_part, make_decisions
 from .execute import Decide, execute, keep_from_second_call, with_dense_heads

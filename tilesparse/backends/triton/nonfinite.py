@@ -23,9 +23,9 @@ def new_flags(device: torch.device) -> tuple[Tensor, Tensor]:
     """Zeroed int32 flags on ``device`` for a call's two passes, the forward's and the
     backward's (dQ then dK/dV): one allocation and one fill, for a group whose build wrote no
     flags of its own (``PreparedGroup.flags``: Triton's build zeroes two in its index buffer,
-    in its last launch). Launch arguments, never read on the host (graph-capturable). A second backward of one call (``retain_graph``) finds
-    the backward's flag as the first left it: set, its sanitizing variants compute again,
-    exactly, only slower."""
+    in its last launch). Launch arguments, never read on the host (graph-capturable). A second
+    backward of one call (``retain_graph``) finds the backward's flag as the first left it:
+    set, its sanitizing variants compute again, exactly, only slower."""
     return torch.zeros(2, dtype=torch.int32, device=device).unbind()
 
 

@@ -29,7 +29,8 @@ pattern and shape:
     python3 benchmarks/call_times.py --merge $DIR/*.json --out call_times.json
 
 ``--ab NAME`` times a change on and off in each process (:data:`SWITCHES` holds the context
-manager that turns it off; ``index-pool``: index buffers lent per call, ``backends/buffers.py``):
+manager that turns it off; ``index-pool``: index buffers lent per call, ``backends/buffers.py``;
+``fused-sort``: the index build's keys and scatter in one launch, ``backends/triton/index.py``):
 every round times each mode both ways, which goes first alternating by round, the modes with
 the change off suffixed ``@off``: an A/B within one process, where the host's speed is shared.
 
@@ -61,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import tilesparse as ts  # noqa: E402
 from tilesparse.bench.grid import PATTERNS  # noqa: E402
 from tilesparse.backends.buffers import unpooled  # noqa: E402
+from tilesparse.backends.triton.index import separate_sort  # noqa: E402
 from tilesparse.bench.timing import host_us, sync, synchronized_ms, time_call  # noqa: E402
 
 DEVICE = torch.device("cuda")
@@ -71,7 +73,7 @@ GOAL_US = {"fwd": 150.0, "fwd_bwd": 300.0}
 MODES = ("fwd", "fwd_bwd", "fwd_decide_nograd")
 # --ab NAME: a change timed on and off in one process, round by round: the context manager
 # that turns it off
-SWITCHES = {"index-pool": unpooled}
+SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort}
 OFF = "@off"  # suffix of a mode timed with the --ab change turned off
 
 
@@ -147,17 +149,19 @@ def run(args) -> None:
     for shape in args.shapes.split(","):
         rows.update(calls_of(shape, args.patterns.split(",")))
     t0 = time.perf_counter()
-    for fns in rows.values():  # compile and warm up every call before taking a turn
-        for fn in fns.values():
-            for _ in range(args.warmup):
-                fn()
+    switch = SWITCHES.get(args.ab)
+    for fns in rows.values():  # compile and warm up every call (with the --ab change off too) before taking a turn
+        for off in (False,) if switch is None else (False, True):
+            with switch() if off else contextlib.nullcontext():
+                for fn in fns.values():
+                    for _ in range(args.warmup):
+                        fn()
     sync(DEVICE)
     warm_s = time.perf_counter() - t0
     if args.lock is not None:
         args.lock.mkdir(parents=True, exist_ok=True)
         _wait_for(args.lock, "ready", args.expect, args.wait_s)
     rounds: dict[str, list] = {key: [] for key in rows}
-    switch = SWITCHES.get(args.ab)
     for r in range(args.rounds):
         # with --ab, the change on and off, in turns: which goes first alternates by round
         offs = (False,) if switch is None else (False, True)[:: 1 if r % 2 == 0 else -1]

@@ -131,14 +131,16 @@ def test_no_recompiles_over_fifty_steps():
     assert compiled_kernel_count() == before, "fresh decisions recompiled a kernel"
 
 
-@pytest.mark.parametrize("T", [1000, 16384, 50000])
+@pytest.mark.parametrize("T", [1000, 4096, 16384, 50000])
 @pytest.mark.parametrize(
     "spec",
     [ts.Hash(buckets=16), ts.Hash(buckets=64), ts.QKDrop(keep=0.5), ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)])],
     ids=str,
 )
 def test_index_building_matches_torch_prepare(T, spec):
-    """The fused index kernels (counting sort included) against the IR's torch prepare, bit for bit."""
+    """The fused index kernels (counting sort included) against the IR's torch prepare, bit for bit:
+    the keys and their scatter in one launch (T <= 4,096: Hash's 16 chunks at 4,096) and in two
+    or three (beyond)."""
     from tilesparse.backends.triton.index import build_group
     from tilesparse.backends.triton.op import tile_config
     from tilesparse.testing import assert_same_index_tensors

@@ -28,11 +28,12 @@ The same logic runs on the CPU (stream 0), where the tests check it.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
 
 import torch
+
+from .switch import switched_on
 
 __all__ = ["POOL_BYTES", "BufferPool", "held_bytes", "unpooled"]
 
@@ -59,15 +60,9 @@ def held_bytes() -> int:
     return _HELD[0]
 
 
-@contextlib.contextmanager
 def unpooled():
     """Builds inside the block allocate their buffers as before: none is lent, none is kept."""
-    old = _OFF[0]
-    _OFF[0] = True
-    try:
-        yield
-    finally:
-        _OFF[0] = old
+    return switched_on(_OFF)
 
 
 class BufferPool:
@@ -80,12 +75,14 @@ class BufferPool:
     def __init__(self, numel: int, views: tuple, device: torch.device):
         self.numel, self.views, self.device = numel, views, torch.device(device)
         self.cuda = self.device.type == "cuda"
-        self.entries: list[list] = []  # [buffer, views, stream, holder]
+        self.entries: list[list] = []  # [buffer, views, stream, holder, made]
         weakref.finalize(self, _release, self.entries, 4 * numel)
 
     def take(self) -> list:
-        """An entry ``[buffer, views, stream, holder]``: a free one lent on this stream before,
-        or a new one (kept while the pools hold less than :data:`POOL_BYTES`)."""
+        """An entry ``[buffer, views, stream, holder, made]``: a free one lent on this stream
+        before, or a new one (kept while the pools hold less than :data:`POOL_BYTES`). ``made``
+        is the builder's to keep what it makes of the views once (None in a new entry); it must
+        not hold the groups lent."""
         if _OFF[0] or (self.cuda and torch.cuda.is_current_stream_capturing()):
             return self._new(None)
         stream = torch._C._cuda_getCurrentRawStream(self.device.index) if self.cuda else 0
@@ -105,7 +102,7 @@ class BufferPool:
 
     def _new(self, stream: int | None) -> list:
         buf = torch.empty(self.numel, dtype=torch.int32, device=self.device)
-        return [buf, [buf.as_strided(*v) for v in self.views], stream, _free]
+        return [buf, [buf.as_strided(*v) for v in self.views], stream, _free, None]
 
     @staticmethod
     def lend(entry: list, holder: object) -> None:

@@ -46,6 +46,7 @@ __all__ = [
     "Prepared",
     "PreparedGroup",
     "assemble_group",
+    "copy_group",
     "head_index",
     "head_slots",
     "head_map",
@@ -228,6 +229,14 @@ def prepare_group(
 
 _SIDE_FIELDS = ("order", "pos", "bucket", "ranges", "nseg")
 """A side tuple's PreparedGroup fields, in order; each is ``q_`` or ``k_`` prefixed."""
+
+
+def copy_group(g: PreparedGroup) -> PreparedGroup:
+    """A new PreparedGroup holding ``g``'s fields (the same tensors), made without ``__init__``
+    (a fifth of its host time): for a builder that hands out the same views again."""
+    copy = object.__new__(PreparedGroup)
+    copy.__dict__.update(g.__dict__)
+    return copy
 
 
 def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_side, *, hmap: Tensor | None = None,

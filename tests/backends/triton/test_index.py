@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilesparse.backends.triton.index import build_group
+from tilesparse.backends.triton.index import build_group, separate_sort
 from tilesparse.testing import decisions, specs
 from tilesparse.testing import index as testing_index
 
@@ -41,7 +41,7 @@ def test_counting_sort_across_many_chunks(data, T, causal, monkeypatch_chunks):
     shape = (data.draw(st.integers(1, 2)), 2, T, 16)
     spec = data.draw(specs(heads=2, kinds=("qk_drop", "hash", "hybrid"), max_buckets=40))
     dec = data.draw(decisions(spec, shape))
-    with _fused_scan(0):
+    with _limits(_FUSED_SCAN=0), separate_sort():
         assert_same_index_tensors(spec, dec, shape, causal, (16, 16))
 
 
@@ -53,21 +53,36 @@ def test_fused_scan_across_many_chunks(data, T, causal, monkeypatch_chunks):
     shape = (1, 2, T, 16)
     spec = data.draw(specs(heads=2, kinds=("qk_drop", "hash", "hybrid"), max_buckets=40))
     dec = data.draw(decisions(spec, shape))
-    with _fused_scan(1 << 20):
+    with _limits(_FUSED_SCAN=1 << 20), separate_sort():
+        assert_same_index_tensors(spec, dec, shape, causal, (16, 16))
+
+
+@settings(max_examples=6)
+@given(data=st.data(), T=st.integers(17, 120), causal=st.booleans())
+def test_fused_sort_across_many_chunks(data, T, causal, monkeypatch_chunks):
+    """The keys and the scatter in one launch (each program counting its side's rows itself, 16
+    rows at a time) give the same tensors over many tiny chunks."""
+    shape = (data.draw(st.integers(1, 2)), 2, T, 16)
+    spec = data.draw(specs(heads=2, kinds=("qk_drop", "hash", "hybrid"), max_buckets=40))
+    dec = data.draw(decisions(spec, shape))
+    with _limits(_FUSED_SORT_ROWS=1 << 20):
         assert_same_index_tensors(spec, dec, shape, causal, (16, 16))
 
 
 @contextlib.contextmanager
-def _fused_scan(limit: int):
+def _limits(**values: int):
+    """index.py's launch limits set to ``values`` inside the block."""
     from tilesparse.backends.triton import index
 
-    old = index._FUSED_SCAN
-    index._FUSED_SCAN = limit
+    old = {name: getattr(index, name) for name in values}
+    for name, value in values.items():
+        setattr(index, name, value)
     index._static.cache_clear()
     try:
         yield
     finally:
-        index._FUSED_SCAN = old
+        for name, value in old.items():
+            setattr(index, name, value)
         index._static.cache_clear()
 
 
@@ -75,9 +90,9 @@ def _fused_scan(limit: int):
 def monkeypatch_chunks():
     from tilesparse.backends.triton import index
 
-    old = index._ONE_HOT_ROWS, index._SORT_ROWS, index._SCAN_TILE
-    index._ONE_HOT_ROWS, index._SORT_ROWS, index._SCAN_TILE = 32, 16, 16
+    old = index._ONE_HOT_ROWS, index._SORT_ROWS, index._SCAN_TILE, index._COUNT_ROWS
+    index._ONE_HOT_ROWS, index._SORT_ROWS, index._SCAN_TILE, index._COUNT_ROWS = 32, 16, 16, 16
     index._static.cache_clear()
     yield
-    index._ONE_HOT_ROWS, index._SORT_ROWS, index._SCAN_TILE = old
+    index._ONE_HOT_ROWS, index._SORT_ROWS, index._SCAN_TILE, index._COUNT_ROWS = old
     index._static.cache_clear()

@@ -1,5 +1,5 @@
 """The layout and ranges stages fused into Triton kernels: the same index tensors as
-:func:`tilesparse.ir.prepare_group`, in three or four launches instead of ~70 small torch ops
+:func:`tilesparse.ir.prepare_group`, in two to four launches instead of ~70 small torch ops
 (one for the identity layout).
 
 1. ``_sort_keys`` (one launch, both sides): key = bucket * T + position for a kept row,
@@ -10,7 +10,9 @@
    by category. Positions ascend within a chunk and chunks ascend, so the
    result is the keys in ascending order, as a sort would give, in O(T); a row's destination
    is its category's start, plus the rows of that category in earlier chunks, plus those
-   before it in its own chunk (skipped for the identity layout);
+   before it in its own chunk (skipped for the identity layout). For sides of at most
+   ``_FUSED_SORT_ROWS`` rows, steps 1 and 2 are one launch, ``_sort_scatter``: each of its
+   programs computes its chunk's keys and counts its whole side itself;
 3. ``_build_sides`` (one launch, both sides): per block of the layout, the int32 row
    order, position and bucket of every row, the bucket segments (run starts and ends found from the
    neighbouring keys, numbered with a cumulative sum) and each segment's row range on the
@@ -38,6 +40,7 @@ from ...ir import (
     KEY_SENTINEL,
     QUERY_SENTINEL,
     AttentionInputs,
+    FeatureDotScore,
     HeadGroup,
     Keep,
     Layout,
@@ -46,31 +49,24 @@ from ...ir import (
     SameBucket,
     max_segments,
 )
-from ...ir.prepare import assemble_group, head_map, select_heads
+from ...ir.prepare import assemble_group, copy_group, head_map, select_heads
 from ..buffers import BufferPool
+from ..switch import switched_on
 from .launch import lean
 from .op import predicate_flags
 
-__all__ = ["bind_group", "build_group", "index_build_reasons"]
+__all__ = ["bind_group", "build_group", "index_build_reasons", "separate_sort"]
 
 
 # a sort key above every real one (they stay below 2 * big < 2^31): lanes past a chunk's end
 _KEY_PAST_END = tl.constexpr(2**31 - 1)
 
 
-@triton.jit(do_not_specialize=["seqlen", "big", "n_chunks"])
-def _sort_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, KEYS, COUNTS, seqlen, big, n_chunks,
-               HAS_KEEP: tl.constexpr, HAS_BUCKET: tl.constexpr, N_CAT: tl.constexpr, CAT_PAD: tl.constexpr,
-               BLOCK: tl.constexpr):
-    """Sort keys of one chunk of one side: bucket * T + position, or big + position when
-    dropped; and the chunk's count of rows per category (bucket; ``N_CAT - 1``: dropped)."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    side = tl.program_id(2)
-    n_bh = tl.num_programs(1)
-    base = bh.to(tl.int64) * seqlen
-    rows = pid * BLOCK + tl.arange(0, BLOCK)
-    ok = rows < seqlen
+@triton.jit
+def _chunk_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, base, rows, ok, side, seqlen, big,
+                HAS_KEEP: tl.constexpr, HAS_BUCKET: tl.constexpr, N_CAT: tl.constexpr):
+    """Sort keys and categories of rows ``rows`` of one side: bucket * T + position, or big +
+    position when dropped; the bucket, or ``N_CAT - 1`` when dropped."""
     key = rows
     cat = tl.zeros_like(rows)
     if HAS_BUCKET:
@@ -87,6 +83,23 @@ def _sort_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, KEYS, COUNTS, seqlen, big, n_chunks
             keep = tl.load(K_KEEP + base + rows, mask=ok, other=0)
         key = tl.where(keep != 0, key, big + rows)
         cat = tl.where(keep != 0, cat, N_CAT - 1)
+    return key, cat
+
+
+@triton.jit(do_not_specialize=["seqlen", "big", "n_chunks"])
+def _sort_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, KEYS, COUNTS, seqlen, big, n_chunks,
+               HAS_KEEP: tl.constexpr, HAS_BUCKET: tl.constexpr, N_CAT: tl.constexpr, CAT_PAD: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """Sort keys of one chunk of one side (:func:`_chunk_keys`), and the chunk's count of rows
+    per category (bucket; ``N_CAT - 1``: dropped)."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    side = tl.program_id(2)
+    n_bh = tl.num_programs(1)
+    base = bh.to(tl.int64) * seqlen
+    rows = pid * BLOCK + tl.arange(0, BLOCK)
+    ok = rows < seqlen
+    key, cat = _chunk_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, base, rows, ok, side, seqlen, big, HAS_KEEP, HAS_BUCKET, N_CAT)
     tl.store(KEYS + (side * n_bh).to(tl.int64) * seqlen + base + rows, key, mask=ok)
     counts = tl.histogram(cat, CAT_PAD, mask=ok)
     tl.store(COUNTS + ((side * n_bh + bh).to(tl.int64) * n_chunks + pid) * CAT_PAD + tl.arange(0, CAT_PAD), counts)
@@ -117,14 +130,9 @@ def _scan_counts(COUNTS, n_chunks, CAT_PAD: tl.constexpr, CHUNKS: tl.constexpr):
 def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
                     N_CAT: tl.constexpr, CAT_PAD: tl.constexpr, BLOCK: tl.constexpr,
                     FUSED_SCAN: tl.constexpr, CHUNKS_PAD: tl.constexpr, BY_SORT: tl.constexpr):
-    """Each row of one chunk to its place in the sorted order: its key to SKEY, its position
-    to ORDER. FUSED_SCAN: OFFSETS holds the raw counts (no ``_scan_counts`` launch) and each
-    program sums its side's (at most CHUNKS_PAD) chunks itself: the same starts.
-
-    A row goes to its category's start plus the number of the chunk's earlier rows of its
-    category. BY_SORT finds those ranks by sorting the chunk's keys (BLOCK log^2 BLOCK work);
-    otherwise by a running count over a (rows x categories) one-hot tile (BLOCK x CAT_PAD
-    work: cheaper for a few categories)."""
+    """Each row of one chunk to its place in the sorted order (:func:`_scatter_chunk`). FUSED_SCAN:
+    OFFSETS holds the raw counts (no ``_scan_counts`` launch) and each program sums its side's
+    (at most CHUNKS_PAD) chunks itself: the same starts."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     side = tl.program_id(2)
@@ -144,6 +152,47 @@ def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
         start = tl.cumsum(total, 0) - total + earlier
     else:
         start = tl.load(OFFSETS + ((side * tl.num_programs(1) + bh).to(tl.int64) * n_chunks + pid) * CAT_PAD + cats)
+    _scatter_chunk(key, cat, rows, ok, start, SKEY, ORDER, row_base, seqlen, big, N_CAT, CAT_PAD, BLOCK, BY_SORT)
+
+
+@triton.jit(do_not_specialize=["seqlen", "big"])
+def _sort_scatter(Q_KEEP, K_KEEP, Q_BKT, K_BKT, SKEY, ORDER, seqlen, big,
+                  HAS_KEEP: tl.constexpr, HAS_BUCKET: tl.constexpr, N_CAT: tl.constexpr, CAT_PAD: tl.constexpr,
+                  BLOCK: tl.constexpr, BY_SORT: tl.constexpr, COUNT_BLOCK: tl.constexpr):
+    """:func:`_sort_keys` and :func:`_scatter_sorted` in one launch, for sides of a few chunks
+    (``_FUSED_SORT_ROWS``): each program computes its chunk's keys from the decisions and counts its
+    side's rows per category itself, COUNT_BLOCK rows at a time (every row of the side, those
+    before its chunk apart), instead of reading a histogram launch's counts."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    side = tl.program_id(2)
+    base = bh.to(tl.int64) * seqlen
+    first = pid * BLOCK
+    total = tl.zeros([CAT_PAD], dtype=tl.int32)
+    earlier = tl.zeros([CAT_PAD], dtype=tl.int32)
+    for c0 in range(0, seqlen, COUNT_BLOCK):
+        rows = c0 + tl.arange(0, COUNT_BLOCK)
+        ok = rows < seqlen
+        _, cat = _chunk_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, base, rows, ok, side, seqlen, big,
+                             HAS_KEEP, HAS_BUCKET, N_CAT)
+        total += tl.histogram(cat, CAT_PAD, mask=ok)
+        earlier += tl.histogram(cat, CAT_PAD, mask=ok & (rows < first))
+    start = tl.cumsum(total, 0) - total + earlier
+    rows = first + tl.arange(0, BLOCK)
+    ok = rows < seqlen
+    key, cat = _chunk_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, base, rows, ok, side, seqlen, big, HAS_KEEP, HAS_BUCKET, N_CAT)
+    row_base = (side * tl.num_programs(1) + bh).to(tl.int64) * seqlen
+    _scatter_chunk(key, cat, rows, ok, start, SKEY, ORDER, row_base, seqlen, big, N_CAT, CAT_PAD, BLOCK, BY_SORT)
+
+
+@triton.jit
+def _scatter_chunk(key, cat, rows, ok, start, SKEY, ORDER, row_base, seqlen, big,
+                   N_CAT: tl.constexpr, CAT_PAD: tl.constexpr, BLOCK: tl.constexpr, BY_SORT: tl.constexpr):
+    """Rows ``rows`` of one chunk (sort keys ``key``, categories ``cat``) to their places: a
+    row's key to SKEY, its position to ORDER, at its category's ``start`` plus the number of the
+    chunk's earlier rows of its category. BY_SORT finds those ranks by sorting the chunk's keys
+    (BLOCK log^2 BLOCK work); otherwise by a running count over a (rows x categories) one-hot
+    tile (BLOCK x CAT_PAD work: cheaper for a few categories)."""
     if BY_SORT:
         # the chunk's keys sorted: a category's rows in row order (a key grows with its row),
         # so the i-th sorted key's rank in its category is i minus the category's first place
@@ -158,6 +207,7 @@ def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
         tl.store(ORDER + row_base + dest, tl.where(dropped, sorted_key - big, sorted_key - sorted_cat * seqlen),
                  mask=ok)
     else:
+        cats = tl.arange(0, CAT_PAD)
         one_hot = ((cat[:, None] == cats[None, :]) & ok[:, None]).to(tl.int32)
         before = tl.sum((tl.cumsum(one_hot, 0) - one_hot) * one_hot, 1)
         dest = tl.sum(one_hot * start[None, :], 1) + before
@@ -325,6 +375,8 @@ class _Static:
     # the scatter reads every chunk's counts itself (no scan launch): while they are few
     fused_scan: bool
     chunks_pad: int
+    # the keys and the scatter in one launch (_sort_scatter): short sides
+    fused_sort: bool
     flags: dict
     # per side: (blocks, rows per block, segment slots, sentinel, dropped bucket)
     sides: tuple[tuple[int, int, int, int, int], tuple[int, int, int, int, int]]
@@ -350,6 +402,20 @@ _SCAN_TILE = 2048
 # most (chunks x categories) counts each scatter program sums itself instead of a scan launch:
 # one launch fewer while the counts are small (T <= 16k at 16 buckets), no quadratic reads beyond
 _FUSED_SCAN = 2048
+# longest sides whose keys and scatter run as one launch (_sort_scatter): each of its programs
+# counts every row of its side, so the side's decisions are read once per chunk. At T=4,096
+# (16 chunks with buckets) one launch fewer took 13 us off a call's host time and left its GPU
+# time even; at 16,384 QKDrop's 16 chunks of 1,024 rows made the GPU time 1-4% longer (B=1, H=16
+# and H=32, run 172: benchmarks/results/call_times_sort_run172_h200.json)
+_FUSED_SORT_ROWS = 4096
+# rows each _sort_scatter program counts at a time
+_COUNT_ROWS = 1024
+_SEPARATE_SORT = [False]  # separate_sort() in force
+
+
+def separate_sort():
+    """Builds inside the block launch the keys and their scatter separately (tests, benchmarks)."""
+    return switched_on(_SEPARATE_SORT)
 
 
 def _by_sort(cat_pad: int) -> bool:
@@ -422,6 +488,7 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
         scan_chunks=max(1, min(triton.next_power_of_2(n_chunks), _SCAN_TILE // cat_pad)),
         fused_scan=fused_scan,
         chunks_pad=triton.next_power_of_2(n_chunks) if fused_scan else 1,
+        fused_sort=T <= _FUSED_SORT_ROWS,
         flags=flags,
         sides=tuple(sides),
         total=total,
@@ -483,12 +550,15 @@ def bind_group(
     st = _static(group, program.block_q, program.block_k, B, Hg, T)
     heads = tuple(heads)
     hmap = head_map(heads, device)
-    sort_keys, scan_counts, scatter_sorted, build_sides = (lean(f) for f in (_sort_keys, _scan_counts, _scatter_sorted, _build_sides))
+    sort_keys, scan_counts, scatter_sorted, sort_scatter, build_sides = (
+        lean(f) for f in (_sort_keys, _scan_counts, _scatter_sorted, _sort_scatter, _build_sides)
+    )
     grid = (st.n_chunks, B * Hg, 2)
     sort = dict(N_CAT=st.n_cat, CAT_PAD=st.cat_pad, BLOCK=st.sort_block)
     keys_constants = dict(HAS_KEEP=st.keep, HAS_BUCKET=st.has_bucket, **sort)
     scan_constants = dict(CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
     scatter_constants = dict(**sort, FUSED_SCAN=st.fused_scan, CHUNKS_PAD=st.chunks_pad, BY_SORT=st.by_sort)
+    sort_scatter_constants = dict(**keys_constants, BY_SORT=st.by_sort, COUNT_BLOCK=_COUNT_ROWS)
     (nb_q, block_q, seg_q, q_sentinel, q_dropped), (nb_k, block_k, seg_k, k_sentinel, k_dropped) = st.sides
     sides_grid = (max(nb_q, nb_k), B * Hg, 2)
     sides_constants = dict(
@@ -501,19 +571,27 @@ def bind_group(
         return select_heads(t, heads, H).contiguous()
 
     pool = BufferPool(st.total, st.views, device)
+    features = isinstance(group.score, FeatureDotScore)  # supports from the decisions: made per call
 
     def build(dec, inputs: AttentionInputs) -> PreparedGroup:
         # every index tensor is a view of one int32 buffer, lent by the pool (buffers.py)
         entry = pool.take()
         try:
-            g = fill(entry[1], dec)
+            q_out, k_out, flag_pair = fill(entry[1], dec)
+            if entry[4] is not None:
+                g = copy_group(entry[4])  # the entry's views, flags and head map: made once
+            else:
+                g = assemble_group(program, group, heads, dec, H, T, device, q_out, k_out, hmap=hmap, flags=flag_pair)
+                if not features:
+                    entry[4] = copy_group(g)  # the entry keeps a copy, not the group it lends
         except BaseException:
             pool.give_back(entry)
             raise
         pool.lend(entry, g)
         return g
 
-    def fill(views: list, dec) -> PreparedGroup:
+    def fill(views: list, dec) -> tuple:
+        """The launches of one build into ``views``: each side's five tensors and the flags."""
         flags, flag_pair = views[-3], tuple(views[-2:])
         if st.identity:
             q_out, k_out = views[:5], views[5:10]
@@ -524,13 +602,16 @@ def bind_group(
             q_out, k_out = views[6:11], views[11:16]
             q_keep, k_keep = (sel(dec.q_keep), sel(dec.k_keep)) if st.keep else (keys, keys)
             q_bkt, k_bkt = (sel(dec.q_bucket), sel(dec.k_bucket)) if st.has_bucket else (keys, keys)
-            sort_keys[grid](q_keep, k_keep, q_bkt, k_bkt, keys, counts, T, st.big, st.n_chunks, **keys_constants)
-            if not st.fused_scan:
-                scan_counts[(2 * B * Hg,)](counts, st.n_chunks, **scan_constants)
             # both sides' sorted keys and orders, from side 0's start
-            scatter_sorted[grid](keys, counts, skey0, order0, T, st.big, st.n_chunks, **scatter_constants)
+            if st.fused_sort and not _SEPARATE_SORT[0]:
+                sort_scatter[grid](q_keep, k_keep, q_bkt, k_bkt, skey0, order0, T, st.big, **sort_scatter_constants)
+            else:
+                sort_keys[grid](q_keep, k_keep, q_bkt, k_bkt, keys, counts, T, st.big, st.n_chunks, **keys_constants)
+                if not st.fused_scan:
+                    scan_counts[(2 * B * Hg,)](counts, st.n_chunks, **scan_constants)
+                scatter_sorted[grid](keys, counts, skey0, order0, T, st.big, st.n_chunks, **scatter_constants)
             sides = (skey0, order0, skey1, order1)
         build_sides[sides_grid](*sides, *q_out, *k_out, flags, *sides_scalars, **sides_constants)
-        return assemble_group(program, group, heads, dec, H, T, device, q_out, k_out, hmap=hmap, flags=flag_pair)
+        return q_out, k_out, flag_pair
 
     return build

@@ -32,7 +32,6 @@ speed-ups in place (``interpreter.speed_up_interpreter``).
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from functools import reduce
@@ -42,6 +41,7 @@ import torch
 import triton
 from torch import Tensor
 
+from ..switch import switched_on
 from .versions import installed_triton
 
 __all__ = ["LEAN_TRITON", "OPTIONS", "LeanKernel", "arg_key", "lean", "lean_supported", "normal_launches", "prepared"]
@@ -271,15 +271,9 @@ class LeanKernel:
         run(g0, g1, g2, self._stream(device), function, metadata, None, None, None, *run_args, *tail)
 
 
-@contextlib.contextmanager
 def normal_launches():
     """Launch every kernel through ``kernel[grid]`` inside the block (tests, benchmarks)."""
-    old = _NORMAL[0]
-    _NORMAL[0] = True
-    try:
-        yield
-    finally:
-        _NORMAL[0] = old
+    return switched_on(_NORMAL)
 
 
 _LEAN: dict[int, LeanKernel] = {}

@@ -420,6 +420,9 @@ def index_variants() -> list[tuple[str, dict]]:
         out.append(("_scatter_sorted", dict(**scatter, FUSED_SCAN=False, CHUNKS_PAD=1)))
         if cat_pad <= index._FUSED_SCAN:
             out.append(("_scatter_sorted", dict(**scatter, FUSED_SCAN=True, CHUNKS_PAD=index._FUSED_SCAN // cat_pad)))
+        for keep, bucket in ((True, False), (False, True), (True, True)):
+            out.append(("_sort_scatter", dict(HAS_KEEP=keep, HAS_BUCKET=bucket, N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block,
+                                              BY_SORT=index._by_sort(cat_pad), COUNT_BLOCK=index._COUNT_ROWS)))
     for d, buckets, fp32 in ((64, 15, False), (128, 63, False), (256, 255, False), (128, 63, True)):
         out.append(("_lsh_hash", hash_constexprs(d, buckets, fp32)))
     from .topk import topk_constexprs

@@ -109,11 +109,13 @@ def _bind_index(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
     i = step.group
     a = plan.assignments[i]
     build = a.builder.bind(plan.program, a.group, a.heads, inputs)
+    # the build that hashes the call's buckets first, bound likewise (decisions made in the call)
+    build_hashing = a.builder.bind_hashing(plan.program, a.group, a.heads, inputs) if a.fused_hash else None
 
     def run(inputs, ex: Execution, decide: Decide) -> None:
-        if ex.deferred is not None and a.fused_hash:
+        if ex.deferred is not None and build_hashing is not None:
             lsh, ex.deferred = ex.deferred.lsh, None
-            ex.prepared[i] = a.builder.build_hashing(plan.program, a.group, a.heads, ex.decisions, inputs, lsh)
+            ex.prepared[i] = build_hashing(ex.decisions, inputs, lsh)
             return
         _hash_deferred(ex, inputs)  # the buckets this build reads, hashed first
         ex.prepared[i] = build(with_dense_heads(ex.decisions, a.dense_heads), inputs)

@@ -96,6 +96,13 @@ class HashingBuilder(IndexBuilder):
         """:meth:`build` that fills ``lsh``'s buffers (the buckets ``decisions`` holds) first,
         inside its own first launch."""
 
+    def bind_hashing(
+        self, program: Program, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs
+    ) -> Callable[[object, AttentionInputs, LshHash], PreparedGroup]:
+        """:meth:`build_hashing` for every call with the signature of ``inputs``, as :meth:`bind`
+        is to :meth:`build`. By default :meth:`build_hashing` itself."""
+        return lambda decisions, inputs, lsh: self.build_hashing(program, group, heads, decisions, inputs, lsh)
+
 
 class TorchBuilder(IndexBuilder):
     """The IR's torch code (:func:`tilesparse.ir.prepare_group`): sorts and scans in torch ops.

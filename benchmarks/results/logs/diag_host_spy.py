@@ -1,6 +1,7 @@
 """Where a call's host time goes on the GPU machine, sampled by py-spy (not a tracing profiler:
 the call runs at its own speed). One process per (shape, pattern, mode) loops calls of a
-compiled op (decisions given as copies, so checked; bf16, causal, backend="triton"), each
+compiled op (decisions given as copies, so checked, or made in the call without gradients: ``fwd_decide``; bf16,
+causal, backend="triton"), each
 followed by a synchronize, for --seconds; py-spy (outside) samples it. Also prints the median
 host time per call without the profiler, for scale.
 
@@ -30,7 +31,12 @@ def fwd_bwd():
     torch.autograd.grad(op(q, k, v, decisions=given), (q, k, v), go)
 
 
-call = fwd if mode == "fwd" else fwd_bwd
+def fwd_decide():
+    with torch.no_grad():
+        return op(q, k, v)
+
+
+call = {"fwd": fwd, "fwd_bwd": fwd_bwd, "fwd_decide": fwd_decide}[mode]
 for _ in range(10):
     call()
 torch.cuda.synchronize()

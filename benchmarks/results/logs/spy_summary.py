@@ -1,19 +1,20 @@
 """Sums py-spy's raw samples (``record -f raw``) of diag_host_spy.py into shares per function
-and per line: the timed loop's samples (its line in the stack) and the backward's, without
-compiles; and, apart, those without the given decisions' check (``_check_on_device``).
+and per line: the timed loop's samples (its line in the stack, LINE: 41 in run 170's version of
+the script, 47 since) and the backward's, without compiles; and, apart, those without the given
+decisions' check (``_check_on_device``).
 
-    python3 spy_summary.py OUT.json spy_*.raw
+    python3 spy_summary.py OUT.json LINE spy_*.raw
 """
 import collections, json, sys
 
 
-def shares(path: str, skip_check: bool) -> dict:
+def shares(path: str, skip_check: bool, loop: str) -> dict:
     by_fn, self_fn, by_line = collections.Counter(), collections.Counter(), collections.Counter()
     total = 0
     for line in open(path):
         stack, n = line.rsplit(" ", 1)
         n = int(n)
-        if "diag_host_spy.py:41" not in stack and "backward" not in stack:
+        if loop not in stack and "backward" not in stack:
             continue  # not the timed loop (nor the autograd thread's backward)
         if "_do_compile" in stack or (skip_check and "_check_on_device" in stack):
             continue
@@ -28,5 +29,7 @@ def shares(path: str, skip_check: bool) -> dict:
     return {"samples": total, "inclusive_pct": pct(by_fn, 40), "self_pct": pct(self_fn, 30), "self_line_pct": pct(by_line, 30)}
 
 
-out = {p.split("/")[-1][4:-4]: {"all": shares(p, False), "without_decision_check": shares(p, True)} for p in sys.argv[2:]}
+loop = f"diag_host_spy.py:{int(sys.argv[2])}"
+out = {p.split("/")[-1][4:-4]: {"all": shares(p, False, loop), "without_decision_check": shares(p, True, loop)}
+       for p in sys.argv[3:]}
 json.dump(out, open(sys.argv[1], "w"), indent=1)

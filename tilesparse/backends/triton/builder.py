@@ -74,3 +74,15 @@ class TritonBuilder(HashingBuilder):
         """The hashing launch, then :meth:`build` (its sort reads the buckets just written)."""
         self.hash(inputs, lsh)
         return self.build(program, group, heads, decisions, inputs)
+
+    def bind_hashing(
+        self, program: Program, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs
+    ) -> Callable:
+        """The hashing launch, then the bound :meth:`build` (:meth:`bind`: its lent buffers)."""
+        build = self.bind(program, group, heads, inputs)
+
+        def build_hashing(decisions, inputs: AttentionInputs, lsh: LshHash) -> PreparedGroup:
+            self.hash(inputs, lsh)
+            return build(decisions, inputs)
+
+        return build_hashing

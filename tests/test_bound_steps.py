@@ -133,23 +133,24 @@ def test_bound_attention_refuses_another_group():
         bound(q, k, v, g, 0.25)
 
 
-def test_the_decide_setup_is_worked_out_once_per_signature(monkeypatch):
-    """A call that makes its decisions chooses its hasher and selector once per kept binding of
-    its signature (the bound decide step's memo; the first call's binding is not kept);
-    ``attn.decide`` chooses anew each time, so a changed registry reaches it. Each call's decisions are still drawn afresh: outputs equal the reference
-    under the decisions ``attn.decide`` makes with the same generator."""
+def test_the_decide_step_is_bound_once_per_signature(monkeypatch):
+    """A call that makes its decisions binds them (its hasher, selector and criteria chosen)
+    once per kept binding of its signature (the bound decide step's memo; the first call's
+    binding is not kept); ``attn.decide`` binds anew each time, so a changed registry reaches
+    it. Each call's decisions are still drawn afresh: outputs equal the reference under the
+    decisions ``attn.decide`` makes with the same generator."""
     import tilesparse.api as api
 
     made = []
-    real = api.decide_setup
-    monkeypatch.setattr(api, "decide_setup", lambda spec, inputs: made.append(1) or real(spec, inputs))
+    real = api.bind_decisions
+    monkeypatch.setattr(api, "bind_decisions", lambda *a, **kw: made.append(kw["in_call"]) or real(*a, **kw))
     attn = ts.compile(ts.Hybrid(parts=[ts.Hash(buckets=3), ts.QKDrop(keep=0.6)]), causal=True, backend="triton")
     q, k, v = _qkv(grad=False)
     for seed in range(4):
         out = attn(q, k, v, generator=torch.Generator().manual_seed(seed))
         dec = attn.decide(q, k, generator=torch.Generator().manual_seed(seed))
         torch.testing.assert_close(out, attn.reference(q, k, v, decisions=dec), atol=1e-4, rtol=1e-4)
-    assert len(made) == 2
+    assert made == [True, False, True, False, False, False], made  # two calls bind, then decide alone
 
 
 def test_sizes_that_change_every_call_keep_no_binding():

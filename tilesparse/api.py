@@ -21,7 +21,7 @@ from .backends import BUILDERS, id_check_for
 from .backends import REGISTRY as BACKENDS
 from .backends.buffers import unpooled
 from .backends.reference import feature_mask, masked_attention
-from .decide import DeferredHash, decide_setup, lsh_part, make_decisions
+from .decide import DeferredHash, bind_decisions, lsh_part, unbound_decide_on
 from .execute import Decide, execute, keep_from_second_call, with_dense_heads
 from .graphs import CudaGraphRecorder, GraphedCalls, GraphStats
 from .inference import KVCache, attend_cached
@@ -205,7 +205,7 @@ class CompiledAttention:
     ) -> tuple[Decisions, DeferredHash | None]:
         """The spec's decisions (``tilesparse.decide``), trusted; ``fused``: the builder whose
         index build may hash the lsh buckets; ``memo``: the bound decide step's (its
-        :func:`~tilesparse.decide.decide_setup` is worked out once there). On a GPU a user
+        :func:`~tilesparse.decide.bind_decisions` is worked out once there). On a GPU a user
         criterion's ids are not read back (criteria.py): a call (``poison`` given) checks them
         here on the device, adding its poison to ``poison``; otherwise they come back
         untrusted, for the call that runs them."""
@@ -213,15 +213,17 @@ class CompiledAttention:
         if generator is None:
             generator = op_generator(self, inputs.device)
         on_device = inputs.device.type in decision_errors.DEFERRED_DEVICES and self._user_criteria
-        setup = None
-        if memo is not None and plain_tensor(inputs.q):  # a traced call's fake tensors work theirs out anew
-            setup = memo.get("setup")
-            if setup is None:
-                setup = memo["setup"] = decide_setup(self.spec, inputs)
-        with torch.no_grad():
-            dec, deferred = make_decisions(self.spec, inputs, generator, fused=fused, check_ids=not on_device, setup=setup)
+        bound = memo is not None and plain_tensor(inputs.q)  # a traced call's fake tensors bind anew
+        unbound = unbound_decide_on()  # the A/B switch: each of its states bound on its own
+        decide = memo.get(unbound) if bound else None
+        if decide is None:
+            decide = bind_decisions(self.spec, inputs, check_ids=not on_device, in_call=bound)
+            if bound:
+                memo[unbound] = decide
+        dec, deferred = decide(inputs, generator, fused)
         if not on_device:
-            return dec.trusted(self.spec), deferred
+            # a bound step's decisions stay inside the call (nothing checks them again): unmarked
+            return (dec if bound and not unbound else dec.trusted(self.spec)), deferred
         return (dec if poison is None else self._check_on_device(dec, inputs, poison)), deferred
 
     def _decide_step(

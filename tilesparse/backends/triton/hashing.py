@@ -17,6 +17,7 @@ every bucket to the argmax up to that rounding (tests/backends/triton/test_hashi
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -110,7 +111,8 @@ def hash_into(q: Tensor, k: Tensor, rotations: Tensor, buckets: int, q_bucket: T
 
     if interpreting():
         patch_bf16_dot()
-    rot = rotations.float().contiguous()
+    # the criterion's draw is float32 and contiguous already (no dispatch for a no-op cast)
+    rot = rotations if rotations.dtype == torch.float32 and rotations.is_contiguous() else rotations.float().contiguous()
     constants = hash_constexprs(D, buckets, q.dtype == torch.float32)
     lean(_lsh_hash)[(triton.cdiv(T, constants["BLOCK_T"]), B * H, 2)](
         q, k, rot, q_bucket, k_bucket, *q.stride(), *k.stride(), T, H, H // k.shape[1],
@@ -118,9 +120,10 @@ def hash_into(q: Tensor, k: Tensor, rotations: Tensor, buckets: int, q_bucket: T
     )  # fmt: skip
 
 
+@functools.cache
 def hash_constexprs(head_dim: int, buckets: int, fp32: bool) -> dict:
     """The hashing kernel's compile-time constants for a launch (and for sm90.index_variants,
-    which compiles the launches' variants)."""
+    which compiles the launches' variants); one dict per argument tuple: read, never written."""
     from .op import _block_d
 
     half = math.ceil(buckets / 2)

@@ -28,7 +28,7 @@ from .inference import KVCache, attend_cached
 from .ir import AttentionInputs, Prepared, PreparedGroup, check_inputs, check_scale, check_tensor_args, dense_mask, lower, tile_stats
 from .patterns import Decisions, SpecBase, check_decisions, decision_errors, parse_spec
 from .patterns.criteria import get_criterion
-from .patterns.decision_errors import DeviceErrors, check_on_device, poisoned, rows_for
+from .patterns.decision_errors import BoundChecks, DeviceErrors, poisoned
 from .patterns.decisions import plain_tensor
 from .patterns.specs import TopKFeatures
 from .planner import Plan, make_plan
@@ -167,9 +167,9 @@ class CompiledAttention:
         """Pickle, deepcopy and torch.save carry the spec and options, not the process-local
         parts: the plan cache, the last call's index tensors, the custom ops' registry key, the
         padded variants, the op's generators (a copy reseeds from ``seed``) and its device-side
-        error records."""
+        error records and their bound checks."""
         state = dict(self.__dict__)
-        for name in ("_plans", "_signatures", "_last", "_key", "_variants", "_generators", "_errors", "_graphs"):
+        for name in ("_plans", "_signatures", "_last", "_key", "_variants", "_generators", "_errors", "_checks", "_graphs"):
             state.pop(name, None)
         return state
 
@@ -287,12 +287,13 @@ class CompiledAttention:
         """The decisions with their ids clamped, checked into the op's error record on the
         device, marked trusted; the call's poison (NaN when an id is out of range) goes to
         ``poison``."""
-        rows = rows_for(decisions, buckets=_buckets(self.spec), head_dim=inputs.head_dim)
-        if not rows:
-            return decisions.trusted(self.spec)
-        fields, call_poison = check_on_device(dict(decisions.items()), rows, self._error_record(inputs.device, rows))
-        poison.append(call_poison)
-        return Decisions(**fields).trusted(self.spec)
+        checks = self.__dict__.get("_checks")
+        if checks is None:  # what depends on the ids' layout alone, worked out once (BoundChecks)
+            checks = self._checks = BoundChecks(self._error_record, self._ranges[0])
+        checked, call_poison = checks(decisions, self.spec, head_dim=inputs.head_dim, device=inputs.device)
+        if call_poison is not None:
+            poison.append(call_poison)
+        return checked
 
     def _error_record(self, device: torch.device, rows: tuple) -> DeviceErrors:
         """The op's device-side error record for these checks on ``device`` (made once)."""

@@ -26,12 +26,21 @@ device, and :func:`check_errors` after a replay reports. The record and the host
 allocated at the op's first checked call: warm up before capturing (CUDA graphs need that
 anyway). ``validate=False`` keeps its device-side assertion (``torch._assert_async``): no
 clamp, no NaN, but an out-of-range id ends the CUDA context instead of reaching a kernel.
+
+An op's calls check through :class:`BoundChecks`: what depends only on the layout of the given
+ids (which fields, their shapes, strides and dtypes, the device), their rows, error record and
+the kernel's launch arguments, is worked out at the layout's first call; later calls allocate
+the clamped ids and the poison and launch. :func:`unbound_checks` works it all out per call, as
+before (A/B timing). Tested on the CPU with the device path forced (``DEFERRED_DEVICES``):
+``tests/test_no_host_sync.py``, ``tests/test_nan_containment.py``,
+``tests/backends/triton/test_idcheck.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -43,6 +52,8 @@ from .device_constants import capturing, outside_graph_pools
 
 __all__ = [
     "DEFERRED_DEVICES",
+    "BoundCheck",
+    "BoundChecks",
     "DeviceErrors",
     "IdCheck",
     "IdField",
@@ -51,6 +62,7 @@ __all__ = [
     "check_on_device",
     "poisoned",
     "rows_for",
+    "unbound_checks",
 ]
 
 # device types whose validate=True checks run on the device (the CPU raises at once; tests
@@ -60,6 +72,8 @@ DEFERRED_DEVICES: frozenset[str] = frozenset({"cuda"})
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _INT64_MAX = torch.iinfo(torch.int64).max
 _INT64_MIN = torch.iinfo(torch.int64).min
+_UNBOUND = [False]  # unbound_checks() in force
+_LAYOUTS_MAX = 64  # layouts an op keeps bound (sizes that change every call start over past it)
 
 
 @dataclass(frozen=True)
@@ -119,11 +133,15 @@ class IdCheck(Protocol):
     """A call's range checks (and supports' repeat checks) in fewer launches than torch ops
     (``check_ids_into`` of the Triton backend): every field's ids clamped into [0, bound) (new
     tensors, in the fields' order), their rows folded, ``poison`` (0-d float32) set to NaN when
-    a field breaks its check, else to 1."""
+    a field breaks its check, else to 1. ``bind(fields)``: the same check for every call whose
+    ids have these fields' layouts (shapes, strides, dtypes, device), worked out once; called
+    with the ids (in the fields' order), it gives the clamped ids and a new poison."""
 
     max_width: int
 
     def __call__(self, fields: Sequence[IdField], poison: Tensor) -> list[Tensor]: ...
+
+    def bind(self, fields: Sequence[IdField]) -> Callable[[Sequence[Tensor]], tuple[list[Tensor], Tensor]]: ...
 
 
 class DeviceErrors:
@@ -227,9 +245,17 @@ def check_on_device(
 
 
 def _check_with_kernel(tensors: dict[str, Tensor | None], rows: tuple[Row, ...], errors: DeviceErrors):
-    """:func:`check_on_device` through ``errors.id_check``: one field per range row (a
-    support's with its repeat row, which follows it)."""
+    """:func:`check_on_device` through ``errors.id_check``."""
     poison = torch.empty((), dtype=torch.float32, device=errors.device)
+    fields, names = _id_fields(tensors, rows, errors)
+    clamped = dict(zip(names, errors.id_check(fields, poison), strict=True))
+    errors.publish()
+    return {n: clamped.get(n, t) for n, t in tensors.items()}, poison
+
+
+def _id_fields(tensors: dict[str, Tensor | None], rows: tuple[Row, ...], errors: DeviceErrors):
+    """The :class:`IdField` of each range row (a support's with its repeat row, which follows
+    it), and their field names."""
     views = errors.row_views
     fields, names = [], []
     for i, row in enumerate(rows):
@@ -238,9 +264,89 @@ def _check_with_kernel(tensors: dict[str, Tensor | None], rows: tuple[Row, ...],
         repeats = views[i + 1] if i + 1 < len(rows) and rows[i + 1].kind == "distinct" else ()
         fields.append(IdField(tensors[row.field], row.bound, *views[i], *repeats))
         names.append(row.field)
-    clamped = dict(zip(names, errors.id_check(fields, poison), strict=True))
-    errors.publish()
-    return {n: clamped.get(n, t) for n, t in tensors.items()}, poison
+    return fields, names
+
+
+class BoundCheck:
+    """:func:`check_on_device` for one layout of given ids (which id fields they hold, their
+    shapes, strides, dtypes and device) in one op: the rows, the error record (None: no ids to
+    check) and, where the record has an :class:`IdCheck`, the check bound to the layout
+    (``IdCheck.bind``), all made at the layout's first call. It keeps no ids."""
+
+    __slots__ = ("bound", "errors", "names", "passed", "rows")
+
+    def __init__(self, dec: Decisions, rows: tuple[Row, ...], errors: DeviceErrors | None):
+        self.rows, self.errors, self.bound = rows, errors, None
+        self.names: tuple[str, ...] = ()
+        if errors is not None and errors.id_check is not None:
+            fields, names = _id_fields(dict(dec.items()), rows, errors)
+            self.bound = errors.id_check.bind(fields)
+            self.names = tuple(names)
+        self.passed = tuple(n for n, _ in dec.items() if n not in self.names)  # as given (keeps, empty ids)
+
+    def __call__(self, dec: Decisions, spec: object) -> tuple[Decisions, Tensor | None]:
+        """``dec`` (of the bound layout) with its ids clamped, checked into the record and
+        marked trusted for ``spec``; the call's poison (None: no ids to check)."""
+        if self.errors is None:
+            return dec.trusted(spec), None
+        if self.bound is None:  # torch ops: the record has no kernel, or not for these rows
+            fields, poison = check_on_device(dict(dec.items()), self.rows, self.errors)
+            return Decisions(**fields).trusted(spec), poison
+        clamped, poison = self.bound([getattr(dec, n) for n in self.names])
+        self.errors.publish()
+        fields = {n: getattr(dec, n) for n in self.passed}
+        fields.update(zip(self.names, clamped))
+        return Decisions(**fields).trusted(spec), poison
+
+
+class BoundChecks:
+    """One op's device checks of given ids, a :class:`BoundCheck` per layout of them (at most
+    64, then they start over); ``errors_for(device, rows)``: the op's error record for those
+    rows (the same record whichever way a call is checked); ``buckets``: the spec's bucket
+    count (None: no buckets)."""
+
+    def __init__(self, errors_for: Callable[[torch.device, tuple[Row, ...]], DeviceErrors], buckets: int | None):
+        self.errors_for, self.buckets = errors_for, buckets
+        self.by_layout: dict[tuple, BoundCheck] = {}
+
+    def __call__(
+        self, dec: Decisions, spec: object, *, head_dim: int, device: torch.device
+    ) -> tuple[Decisions, Tensor | None]:
+        """``dec`` with its ids clamped, checked on ``device`` into the error record and marked
+        trusted for ``spec``; the call's poison (None: no ids to check)."""
+        if _UNBOUND[0]:
+            return self._unbound(dec, spec, head_dim, device)
+        ids = (dec.q_bucket, dec.k_bucket, dec.q_support, dec.k_support)  # the fields rows_for reads
+        key = (device, head_dim, *[None if t is None else (t.shape, t.stride(), t.dtype) for t in ids])
+        bound = self.by_layout.get(key)
+        if bound is None:
+            if len(self.by_layout) >= _LAYOUTS_MAX:
+                self.by_layout.clear()
+            rows = rows_for(dec, buckets=self.buckets, head_dim=head_dim)
+            bound = self.by_layout[key] = BoundCheck(dec, rows, self.errors_for(device, rows) if rows else None)
+        return bound(dec, spec)
+
+    def _unbound(self, dec: Decisions, spec: object, head_dim: int, device: torch.device):
+        """The call worked out anew: rows, record, fields, launch arguments."""
+        rows = rows_for(dec, buckets=self.buckets, head_dim=head_dim)
+        if not rows:
+            return dec.trusted(spec), None
+        fields, poison = check_on_device(dict(dec.items()), rows, self.errors_for(device, rows))
+        return Decisions(**fields).trusted(spec), poison
+
+
+@contextlib.contextmanager
+def unbound_checks() -> Iterator[None]:
+    """Inside the block every op works out each call's checks anew (rows, record, fields,
+    launch arguments), as before :class:`BoundChecks`: to A/B time the two in one process.
+    ``tilesparse.backends.switch.switched_on``'s pattern, written out: ``patterns`` imports no
+    other layer."""
+    old = _UNBOUND[0]
+    _UNBOUND[0] = True
+    try:
+        yield
+    finally:
+        _UNBOUND[0] = old
 
 
 def poisoned(out: Tensor, poison: Tensor | None) -> Tensor:

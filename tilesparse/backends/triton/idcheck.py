@@ -37,7 +37,7 @@ from torch import Tensor
 
 from .launch import lean
 
-__all__ = ["BLOCK", "ID_CHECK", "MAX_SUPPORT", "check_ids_into"]
+__all__ = ["BLOCK", "ID_CHECK", "MAX_SUPPORT", "BoundIdCheck", "check_ids_into"]
 
 BLOCK = 1024  # ids per program
 # the widest support (feature ids per token) checked by a kernel: its repeat check compares
@@ -176,15 +176,59 @@ def check_ids_into(fields: Sequence, poison: Tensor) -> list[Tensor]:
     for f in fields:
         _check_row("poison", poison, f.ids.device)
     prepared = [_field_args(f) for f in fields]
+    for grid, args, constants, _ in _launches(prepared, poison):
+        lean(_check_ids)[grid](*args, **constants)
+    return [out for out, _, _ in prepared]
+
+
+def _launches(prepared: list, poison: Tensor) -> list[tuple[tuple[int], list, dict, tuple[int, int]]]:
+    """Per launch of :func:`check_ids_into` (two fields a launch): its grid, runtime arguments,
+    constants and the indices of its two fields in ``prepared`` (:func:`_field_args`)."""
+    out = []
     for start in range(0, len(prepared), 2):
         (_, kpad0, args0), *rest = prepared[start : start + 2]
         # no field 1: its arguments are field 0's, never read, and no programs (KPAD1 0)
         _, kpad1, args1 = rest[0] if rest else (None, 0, args0[:-1] + [0])
-        lean(_check_ids)[(args0[-1] + args1[-1],)](  # each field's arguments end with its programs
-            *args0, *args1, poison, _I64_MAX, _I64_MIN, FIRST=start == 0, KPAD0=kpad0, KPAD1=kpad1, BLOCK=BLOCK,
-            num_warps=4,
-        )  # fmt: skip
-    return [out for out, _, _ in prepared]
+        grid = (args0[-1] + args1[-1],)  # each field's arguments end with its programs
+        constants = {"FIRST": start == 0, "KPAD0": kpad0, "KPAD1": kpad1, "BLOCK": BLOCK, "num_warps": 4}
+        out.append((grid, [*args0, *args1, poison, _I64_MAX, _I64_MIN], constants, (start, start + len(rest))))
+    return out
+
+
+class BoundIdCheck:
+    """:func:`check_ids_into` for fields of one layout: the ids' shapes, strides, dtypes and
+    device, and the fields' bounds and rows. The fields are checked and their launch arguments
+    worked out once, by :meth:`_IdCheck.bind`; a call allocates the clamped ids and the poison
+    and launches. It keeps the rows, not the ids it was bound with."""
+
+    __slots__ = ("device", "kernel", "launches", "outs")
+
+    def __init__(self, fields: Sequence):
+        if not fields:
+            raise ValueError("fields must name at least one field to check")
+        self.device = fields[0].ids.device
+        placeholder = torch.empty((), dtype=torch.float32, device=self.device)  # the poison's place
+        prepared = [_field_args(f) for f in fields]  # checked here, once
+        self.outs = tuple((out.shape, out.dtype) for out, _, _ in prepared)
+        self.kernel = lean(_check_ids)
+        self.launches = []
+        for grid, args, constants, (i, j) in _launches(prepared, placeholder):
+            # per field: its ids and output first, then what the layout fixes; after both
+            # fields the poison and the two sentinels
+            w = (len(args) - 3) // 2
+            self.launches.append((grid, i, j, tuple(args[2:w]), tuple(args[w + 2 : 2 * w]), tuple(args[2 * w + 1 :]),
+                                  constants))  # fmt: skip
+
+    def __call__(self, ids: Sequence[Tensor]) -> tuple[list[Tensor], Tensor]:
+        """``ids`` (in the fields' order, each of its field's bound layout: the caller keys by
+        it) clamped into new contiguous tensors, the rows folded, and the call's poison (0-d
+        float32: NaN when a field breaks its check, else 1)."""
+        outs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outs]
+        poison = torch.empty((), dtype=torch.float32, device=self.device)
+        launch = self.kernel.launch
+        for grid, i, j, fixed0, fixed1, tail, constants in self.launches:
+            launch(grid, (ids[i], outs[i], *fixed0, ids[j], outs[j], *fixed1, poison, *tail), constants)
+        return outs, poison
 
 
 def _field_args(f) -> tuple[Tensor, int, list]:
@@ -222,6 +266,9 @@ class _IdCheck:
 
     def __call__(self, fields: Sequence, poison: Tensor) -> list[Tensor]:
         return check_ids_into(fields, poison)
+
+    def bind(self, fields: Sequence) -> BoundIdCheck:
+        return BoundIdCheck(fields)
 
 
 ID_CHECK = _IdCheck()

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .launch import lean
+from .launch import cdiv, lean
 
 __all__ = ["sum_into_kv_heads"]
 
@@ -79,7 +79,7 @@ def sum_into_kv_heads(
     out_k = torch.empty((B, H_k, Tk, D), dtype=k.dtype, device=k.device)
     out_v = torch.empty((B, H_v, Tk, D), dtype=v.dtype, device=v.device)
     heads_max = max(H_k, H_v)
-    lean(_sum_into_kv_heads)[(triton.cdiv(Tk * D, _BLOCK), B * heads_max, 2)](
+    lean(_sum_into_kv_heads)[(cdiv(Tk * D, _BLOCK), B * heads_max, 2)](
         dk, dv, head_map, out_k, out_v, Tk * D, Hg, n_heads // H_k, n_heads // H_v, H_k, H_v, heads_max,
         BLOCK=_BLOCK, num_warps=_WARPS,
     )  # fmt: skip

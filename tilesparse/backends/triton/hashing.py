@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .launch import lean
+from .launch import cdiv, lean
 
 __all__ = ["MAX_HALF", "MAX_HEAD_DIM", "hash_constexprs", "hash_into", "lsh_hash_reasons"]
 
@@ -114,7 +114,7 @@ def hash_into(q: Tensor, k: Tensor, rotations: Tensor, buckets: int, q_bucket: T
     # the criterion's draw is float32 and contiguous already (no dispatch for a no-op cast)
     rot = rotations if rotations.dtype == torch.float32 and rotations.is_contiguous() else rotations.float().contiguous()
     constants = hash_constexprs(D, buckets, q.dtype == torch.float32)
-    lean(_lsh_hash)[(triton.cdiv(T, constants["BLOCK_T"]), B * H, 2)](
+    lean(_lsh_hash)[(cdiv(T, constants["BLOCK_T"]), B * H, 2)](
         q, k, rot, q_bucket, k_bucket, *q.stride(), *k.stride(), T, H, H // k.shape[1],
         **constants, num_warps=4, num_stages=1,
     )  # fmt: skip

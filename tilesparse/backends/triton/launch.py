@@ -44,7 +44,9 @@ from torch import Tensor
 from ..switch import switched_on
 from .versions import installed_triton
 
-__all__ = ["LEAN_TRITON", "OPTIONS", "LeanKernel", "arg_key", "lean", "lean_supported", "normal_launches", "prepared"]
+__all__ = [
+    "LEAN_TRITON", "OPTIONS", "LeanKernel", "arg_key", "cdiv", "lean", "lean_supported", "normal_launches", "prepared",
+]
 
 # (major, minor) of the Triton releases whose JITFunction.run / CompiledKernel.run this path
 # mirrors: on each, tests/backends/triton/test_lean_launch.py checks that a lean launch hands the
@@ -277,6 +279,12 @@ def normal_launches():
 
 
 _LEAN: dict[int, LeanKernel] = {}
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for a launch grid worked out per call: ``triton.cdiv`` is a
+    ``ConstexprFunction`` there, about a hundred times slower on the host."""
+    return -(-a // b)
 
 
 def lean(fn) -> LeanKernel:

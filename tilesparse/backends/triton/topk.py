@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .launch import lean
+from .launch import cdiv, lean
 
 __all__ = ["MAX_HEAD_DIM", "topk_abs_into", "topk_abs_reasons", "topk_constexprs"]
 
@@ -155,7 +155,7 @@ def topk_abs_into(q: Tensor, k: Tensor, n_keep: int, q_support: Tensor, k_suppor
     if max(Tq, Tk) == 0 or B * H == 0:
         return
     constants = topk_constexprs(D, q.dtype)
-    lean(_topk_abs)[(triton.cdiv(max(Tq, Tk), constants["BLOCK_T"]), B * (H + k.shape[1]))](
+    lean(_topk_abs)[(cdiv(max(Tq, Tk), constants["BLOCK_T"]), B * (H + k.shape[1]))](
         q, k, q_support, k_support, *q.stride(), *k.stride(), Tq, Tk, H, k.shape[1], n_keep,
         **constants, num_warps=_WARPS,
     )  # fmt: skip

@@ -47,6 +47,7 @@ __all__ = [
     "PreparedGroup",
     "assemble_group",
     "copy_group",
+    "feature_supports",
     "head_index",
     "head_slots",
     "head_map",
@@ -231,13 +232,24 @@ _SIDE_FIELDS = ("order", "pos", "bucket", "ranges", "nseg")
 """A side tuple's PreparedGroup fields, in order; each is ``q_`` or ``k_`` prefixed."""
 
 
-def copy_group(g: PreparedGroup) -> PreparedGroup:
-    """A new PreparedGroup holding ``g``'s fields (the same tensors), made without ``__init__``
-    (0.5 us against :func:`assemble_group`'s 6.4 on a CPU): for a builder that hands out the
-    same views again."""
+def copy_group(g: PreparedGroup, **fields) -> PreparedGroup:
+    """A new PreparedGroup holding ``g``'s fields (the same tensors) but ``fields``, made
+    without ``__init__`` (0.5 us against :func:`assemble_group`'s 6.4 on a CPU): for a builder
+    that hands out the same views again (and a call's own feature supports)."""
     copy = object.__new__(PreparedGroup)
     copy.__dict__.update(g.__dict__)
+    if fields:
+        copy.__dict__.update(fields)
     return copy
+
+
+def feature_supports(group: HeadGroup, hs: tuple[int, ...], dec, heads: int) -> dict:
+    """The group's ``q_support`` and ``k_support`` fields from decisions ``dec``: int32
+    (B, len(hs), T, k) for a :class:`FeatureDotScore`, None for any other score."""
+    if not isinstance(group.score, FeatureDotScore):
+        return dict(q_support=None, k_support=None)
+    return dict(q_support=select_heads(dec.q_support, hs, heads).to(torch.int32).contiguous(),
+                k_support=select_heads(dec.k_support, hs, heads).to(torch.int32).contiguous())  # fmt: skip
 
 
 def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_side, *, hmap: Tensor | None = None,
@@ -246,10 +258,6 @@ def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_sid
     supports the score needs; shared by this module and fused index builders. ``hmap``: the
     group's :func:`head_map`, where the caller holds it already; ``flags``: the non-finite
     flags the build zeroed."""
-    sup_q = sup_k = None
-    if isinstance(group.score, FeatureDotScore):
-        sup_q = select_heads(dec.q_support, hs, heads).to(torch.int32).contiguous()
-        sup_k = select_heads(dec.k_support, hs, heads).to(torch.int32).contiguous()
     sides = {
         f"{prefix}_{name}": tensor
         for prefix, side in (("q", q_side), ("k", k_side))
@@ -263,8 +271,7 @@ def assemble_group(program, group, hs, dec, heads, seqlen, device, q_side, k_sid
         block_q=program.block_q,
         block_k=program.block_k,
         **sides,
-        q_support=sup_q,
-        k_support=sup_k,
+        **feature_supports(group, hs, dec, heads),
         flags=flags,
     )
 

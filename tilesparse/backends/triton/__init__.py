@@ -4,8 +4,8 @@ index builder (``builder.py``: layout and ranges in kernels, for any backend's g
 It runs on CUDA GPUs, and on the CPU under ``TRITON_INTERPRET=1`` (how CI tests it). Rows are
 read and written through the layout's orders, so gather, attend and scatter are one kernel.
 TopKFeatures runs as dense tiles over the sparsified q~ and k~ (``features.py``: one launch a
-side, and one a side for their gradients). Without triton installed the backend reports a
-reason, never an import error.
+side, and one a side for their gradients, bound to the call signature). Without triton
+installed the backend reports a reason, never an import error.
 """
 
 from __future__ import annotations
@@ -99,21 +99,24 @@ class TritonBackend(Backend):
     def bind(self, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs) -> Callable:
         """:meth:`attend` of ``group`` for calls with the signature of ``inputs``: the tile
         configuration and the launches' constants are worked out once
-        (:class:`~tilesparse.backends.triton.op.BoundAttention`)."""
+        (:class:`~tilesparse.backends.triton.op.BoundAttention`), and a feature group's q~ and k~
+        launches (:class:`~tilesparse.backends.triton.features.BoundFeatures`)."""
+        from .features import BoundFeatures
         from .interpreter import patch_bf16_dot
         from .op import BoundAttention, interpreting
 
         if interpreting():
             patch_bf16_dot()
         bound = BoundAttention(group, inputs.head_dim, inputs.dtype, inputs.device)
-        features = not isinstance(group.score, DotScore)
+        # q~ and k~ with the group's unkept features zeroed, other heads as they are (features.py)
+        features = None if isinstance(group.score, DotScore) else BoundFeatures(heads, inputs.q, inputs.k)
 
         def attend(g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
             q, k, v = inputs.q, inputs.k, inputs.v
             if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
                 q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
-            if features:
-                q, k = _sparsify(q, k, g, inputs)
+            if features is not None:
+                q, k = features(q, k, g)
             return bound(q, k, v, g, inputs.scale)
 
         return attend
@@ -122,14 +125,6 @@ class TritonBackend(Backend):
 def _last_dim_contiguous(t: Tensor) -> Tensor:
     """Kernels index rows with any strides but need unit stride along D."""
     return t if t.stride(-1) == 1 else t.contiguous()
-
-
-def _sparsify(q: Tensor, k: Tensor, g: PreparedGroup, inputs: AttentionInputs) -> tuple[Tensor, Tensor]:
-    """q~ and k~ (k per query head) with the group's unkept features zeroed; other heads pass as
-    they are (one launch a side, features.py)."""
-    from .features import keep_features
-
-    return keep_features(q, g.q_support, g.heads, inputs.heads), keep_features(k, g.k_support, g.heads, inputs.heads)
 
 
 register(TritonBackend())

@@ -14,6 +14,15 @@ row's support lists (``tl.where``: an inf or NaN in an unkept feature stays out,
 the reference); heads outside the group (``slot`` -1) pass as they are. The gradient is the
 same selection of the incoming gradient, summed over the query heads of each kv head for k
 (fp32, in head order, one cast).
+
+A call of the backend makes both sides through :class:`BoundFeatures`, made once per call
+signature with the bound attend step: the sizes, the head slots, the launches' grids and
+constants are worked out there, and one autograd node makes both sides and their gradients.
+:func:`keep_features` checked and sized each side per call, an autograd node a side, and the
+index build assembled the group each call: on a CPU with the launches stubbed (B=1, H=16, D=64,
+T=4,096), TopKFeatures(8)'s forward took 118 us of host time and forward+backward 259, bound
+74 and 186 (Hash(16): 51 and 127). :func:`unbound_features` restores that per-call path (A/B
+timing on the GPU).
 """
 
 from __future__ import annotations
@@ -23,14 +32,16 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from ...ir.prepare import head_slots
+from ...ir.prepare import PreparedGroup, head_slots
 from ..first_order import first_order_only
-from .launch import lean
+from ..switch import switched_on
+from .launch import LeanKernel, lean
 
-__all__ = ["constexprs", "keep_features"]
+__all__ = ["BoundFeatures", "constexprs", "keep_features", "unbound_features"]
 
 _TILE = 2048  # elements a program holds (rows x padded head dim)
 _WARPS = 4
+_UNBOUND = [False]  # unbound_features() in force
 
 
 @triton.jit(do_not_specialize=["seqlen", "n_src", "x_div", "n_keep", "heads_out"])
@@ -99,12 +110,17 @@ def _launch(x: Tensor, support: Tensor, slots: Tensor, heads_out: int, n_src: in
     if B * heads_out * T == 0:
         return out
     const = constexprs(D, T)
-    lean(_keep_features)[(triton.cdiv(T, const["BLOCK_T"]), B * heads_out)](
-        x, support, slots, out, x.stride(0), x.stride(1), x.stride(2), *support.stride()[:3],
-        T, n_src, x_div, support.shape[-1], heads_out,
-        **const, num_warps=_WARPS,
-    )  # fmt: skip
+    _launch_into(lean(_keep_features), (triton.cdiv(T, const["BLOCK_T"]), B * heads_out), (T, n_src, x_div, heads_out),
+                 dict(const, num_warps=_WARPS), x, support, slots, out)  # fmt: skip
     return out
+
+
+def _launch_into(kernel: LeanKernel, grid: tuple[int, int], sizes: tuple[int, int, int, int], constants: dict,
+                 x: Tensor, support: Tensor, slots: Tensor, out: Tensor) -> None:  # fmt: skip
+    """One launch of the kernel into ``out``; ``sizes``: (seqlen, n_src, x_div, heads_out)."""
+    seqlen, n_src, x_div, heads_out = sizes
+    kernel.launch(grid, (x, support, slots, out, x.stride(0), x.stride(1), x.stride(2), *support.stride()[:3],
+                         seqlen, n_src, x_div, support.shape[-1], heads_out), constants)  # fmt: skip
 
 
 def keep_features(x: Tensor, support: Tensor, heads: tuple[int, ...], n_heads: int) -> Tensor:
@@ -113,19 +129,31 @@ def keep_features(x: Tensor, support: Tensor, heads: tuple[int, ...], n_heads: i
     the features outside their row of ``support`` ((B, len(heads), T, k) int32 feature ids, in
     ``heads``' order) are zeroed, the other heads pass as they are. Differentiable w.r.t. x
     (first order): the gradient keeps the same features and sums each kv head's query heads."""
-    B, Hx, T, D = x.shape
-    if x.stride(-1) != 1 or Hx == 0 or n_heads % Hx:
+    B, _, T, _ = x.shape
+    _check_sizes(x, heads, n_heads, unit_stride=True)
+    support = _checked_support(support, (B, len(heads), T))
+    slots = head_slots(heads, n_heads, x.device)  # a cached device constant: no upload per call
+    return _KeptFeatures.apply(x, support, slots, n_heads)
+
+
+def _check_sizes(x: Tensor, heads: tuple[int, ...], n_heads: int, *, unit_stride: bool) -> None:
+    """x's head count divides ``n_heads`` (and its stride along D is 1, with ``unit_stride``);
+    ``heads`` are distinct query heads."""
+    Hx = x.shape[1]
+    if (unit_stride and x.stride(-1) != 1) or Hx == 0 or n_heads % Hx:
         raise ValueError(f"x {tuple(x.shape)} (stride {x.stride()}) does not fit {n_heads} query heads: "
                          "x needs unit stride along D and a head count dividing them")  # fmt: skip
     if len(set(heads)) != len(heads) or not all(0 <= h < n_heads for h in heads):
         raise ValueError(f"heads must be distinct query heads in [0, {n_heads}), got {heads}")
-    if support.dim() != 4 or support.shape[:3] != (B, len(heads), T) or support.dtype != torch.int32:
-        raise ValueError(f"support must be ({B}, {len(heads)}, {T}, k) int32 feature ids (one row of heads a "
+
+
+def _checked_support(support: Tensor, rows: tuple[int, int, int]) -> Tensor:
+    """``support`` as the kernel reads it: (*rows, k) int32 with unit stride along k."""
+    if support.dim() != 4 or support.shape[:3] != rows or support.dtype != torch.int32:
+        B, Hg, T = rows
+        raise ValueError(f"support must be ({B}, {Hg}, {T}, k) int32 feature ids (one row of heads a "
                          f"head), got {tuple(support.shape)} {support.dtype}")  # fmt: skip
-    if support.stride(-1) != 1:
-        support = support.contiguous()
-    slots = head_slots(heads, n_heads, x.device)  # a cached device constant: no upload per call
-    return _KeptFeatures.apply(x, support, slots, n_heads)
+    return support if support.stride(-1) == 1 else support.contiguous()
 
 
 class _KeptFeatures(torch.autograd.Function):
@@ -144,3 +172,90 @@ class _KeptFeatures(torch.autograd.Function):
         dx = _launch(grad, support, slots, H // ctx.group, ctx.group, 1, ctx.dtype)
         (dx,) = first_order_only("triton", (dx,), (grad,))
         return dx, None, None, None
+
+
+def unbound_features():
+    """Calls inside the block make q~ and k~ per call as before :class:`BoundFeatures`
+    (:func:`keep_features` a side, each checked, sized and an autograd node of its own; the
+    TopKFeatures group assembled in each index build): A/B timing within one process."""
+    return switched_on(_UNBOUND)
+
+
+class BoundFeatures:
+    """:func:`keep_features` of both sides for the calls of one head group at one signature (q
+    (B, H, Tq, D), k (B, Hkv, Tk, D)): the heads and sizes are checked, the slots, grids and
+    constants made, once; a call checks its supports' shapes, allocates q~ and k~ and
+    launches, under one autograd node for both sides (none when no gradient is taken)."""
+
+    __slots__ = ("heads", "n_heads", "q", "k")
+
+    def __init__(self, heads: tuple[int, ...], q: Tensor, k: Tensor):
+        n_heads = q.shape[1]
+        _check_sizes(q, heads, n_heads, unit_stride=False)  # a call's q and k: made unit-stride first
+        _check_sizes(k, heads, n_heads, unit_stride=False)
+        slots = head_slots(heads, n_heads, q.device)
+        self.heads, self.n_heads = tuple(heads), n_heads
+        self.q, self.k = (_BoundSide(x, slots, len(heads), n_heads) for x in (q, k))
+
+    def __call__(self, q: Tensor, k: Tensor, g: PreparedGroup) -> tuple[Tensor, Tensor]:
+        """q~ and k~ (B, H, T, D) of group ``g`` (the bound heads) from q and k (the bound
+        sizes, unit stride along D)."""
+        if _UNBOUND[0]:
+            return keep_features(q, g.q_support, g.heads, self.n_heads), keep_features(k, g.k_support, g.heads, self.n_heads)
+        if g.heads != self.heads:
+            raise ValueError(f"bound to query heads {self.heads}, given a group of heads {g.heads}")
+        q_support = _checked_support(g.q_support, self.q.rows)
+        k_support = _checked_support(g.k_support, self.k.rows)
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+            return _KeptPair.apply(q, k, q_support, k_support, self)
+        return self.q.keep(q, q_support), self.k.keep(k, k_support)
+
+
+class _BoundSide:
+    """One side's launches at one signature: x (B, Hx, T, D) to (B, H, T, D), and back."""
+
+    __slots__ = ("rows", "shape", "grad_shape", "dtype", "device", "slots", "kernel", "constants", "keeps", "grads")
+
+    def __init__(self, x: Tensor, slots: Tensor, n_group: int, n_heads: int):
+        B, Hx, T, D = x.shape
+        group = n_heads // Hx
+        self.rows = (B, n_group, T)
+        self.shape, self.grad_shape = (B, n_heads, T, D), (B, Hx, T, D)
+        self.dtype, self.device, self.slots = x.dtype, x.device, slots
+        self.kernel = lean(_keep_features)
+        self.constants = dict(constexprs(D, T), num_warps=_WARPS) if T else {}
+        blocks = triton.cdiv(T, self.constants["BLOCK_T"]) if T else 0
+        # each direction's (grid, (seqlen, n_src, x_div, heads_out)), None where its output is empty
+        self.keeps = ((blocks, B * n_heads), (T, 1, group, n_heads)) if B * n_heads * T else None
+        self.grads = ((blocks, B * Hx), (T, group, 1, Hx)) if B * Hx * T else None
+
+    def keep(self, x: Tensor, support: Tensor) -> Tensor:
+        out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        if self.keeps is not None:
+            _launch_into(self.kernel, *self.keeps, self.constants, x, support, self.slots, out)
+        return out
+
+    def grad(self, grad: Tensor, support: Tensor) -> Tensor:
+        if grad.stride(-1) != 1:
+            grad = grad.contiguous()
+        dx = torch.empty(self.grad_shape, dtype=self.dtype, device=self.device)
+        if self.grads is not None:
+            _launch_into(self.kernel, *self.grads, self.constants, grad, support, self.slots, dx)
+        return dx
+
+
+class _KeptPair(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, q_support: Tensor, k_support: Tensor, bound: BoundFeatures):
+        ctx.save_for_backward(q_support, k_support)
+        ctx.bound = bound
+        return bound.q.keep(q, q_support), bound.k.keep(k, k_support)
+
+    @staticmethod
+    def backward(ctx, dq_kept: Tensor, dk_kept: Tensor):
+        q_support, k_support = ctx.saved_tensors
+        bound = ctx.bound
+        dq = bound.q.grad(dq_kept, q_support) if ctx.needs_input_grad[0] else None
+        dk = bound.k.grad(dk_kept, k_support) if ctx.needs_input_grad[1] else None
+        dq, dk = first_order_only("triton", (dq, dk), (dq_kept, dk_kept))
+        return dq, dk, None, None, None

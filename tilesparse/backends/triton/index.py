@@ -49,9 +49,10 @@ from ...ir import (
     SameBucket,
     max_segments,
 )
-from ...ir.prepare import assemble_group, copy_group, head_map, select_heads
+from ...ir.prepare import assemble_group, copy_group, feature_supports, head_map, select_heads
 from ..buffers import BufferPool
 from ..switch import switched_on
+from .features import _UNBOUND as _UNBOUND_FEATURES
 from .launch import lean
 from .op import predicate_flags
 
@@ -571,19 +572,21 @@ def bind_group(
         return select_heads(t, heads, H).contiguous()
 
     pool = BufferPool(st.total, st.views, device)
-    features = isinstance(group.score, FeatureDotScore)  # supports from the decisions: made per call
+    features = isinstance(group.score, FeatureDotScore)  # supports from the decisions: the call's own
 
     def build(dec, inputs: AttentionInputs) -> PreparedGroup:
         # every index tensor is a view of one int32 buffer, lent by the pool (buffers.py)
         entry = pool.take()
         try:
             q_out, k_out, flag_pair = fill(entry[1], dec)
-            if entry[4] is not None:
-                g = copy_group(entry[4])  # the entry's views, flags and head map: made once
+            per_call = features and _UNBOUND_FEATURES[0]  # unbound_features(): assembled each call
+            if entry[4] is not None and not per_call:
+                # the entry's views, flags and head map: made once (a feature group's supports: the call's)
+                g = copy_group(entry[4], **feature_supports(group, heads, dec, H)) if features else copy_group(entry[4])
             else:
                 g = assemble_group(program, group, heads, dec, H, T, device, q_out, k_out, hmap=hmap, flags=flag_pair)
-                if not features:
-                    entry[4] = copy_group(g)  # the entry keeps a copy, not the group it lends
+                if not per_call:  # the entry keeps a copy, not the group it lends, nor the call's supports
+                    entry[4] = copy_group(g, q_support=None, k_support=None)
         except BaseException:
             pool.give_back(entry)
             raise

@@ -51,11 +51,12 @@ test-compile-all: $(STAMP)
 # the Triton kernels; the CuPy kernels; planner, SDPA, reliability and CUDA graphs; decoding, padding and
 # sequence parallelism, the last needing two GPUs); no SHARD runs them all.
 GPU_SHARD_1 := tests/gpu/test_triton_gpu.py tests/gpu/test_gluon_dkdv_gpu.py tests/gpu/test_gluon_dq_gpu.py \
-               tests/gpu/test_gluon_fwd_gpu.py
+               tests/gpu/test_gluon_fwd_gpu.py tests/gpu/test_topk_gpu.py
 GPU_SHARD_2 := tests/gpu/test_cupy_gpu.py
 GPU_SHARD_3 := tests/gpu/test_planner_gpu.py tests/gpu/test_sdpa_gpu.py tests/gpu/test_reliability_gpu.py \
 	tests/gpu/test_graph_capture_gpu.py tests/gpu/test_nan_containment_gpu.py tests/gpu/test_graphs_gpu.py \
-	tests/gpu/test_lean_launch_gpu.py
+	tests/gpu/test_lean_launch_gpu.py tests/gpu/test_bound_decide_gpu.py tests/gpu/test_bound_checks_gpu.py \
+	tests/gpu/test_bound_features_gpu.py
 GPU_SHARD_4 := tests/gpu/test_decode_gpu.py tests/gpu/test_padding_gpu.py tests/gpu/test_sequence_parallel_gpu.py
 GPU_TESTS := $(if $(SHARD),$(GPU_SHARD_$(SHARD)),tests/gpu)
 test-gpu:

@@ -3,6 +3,8 @@ sized by the test (a CPU test's T is small, so its bucket counts and kept featur
 
 from __future__ import annotations
 
+import torch
+
 import tilesparse as ts
 
 
@@ -26,3 +28,18 @@ def given_decisions(op: ts.CompiledAttention, q, k) -> ts.Decisions | None:
     checks their ids); None for a pattern without decisions."""
     fields = {n: t.clone() for n, t in op.decide(q, k).items() if t is not None}
     return ts.Decisions(**fields) if fields else None
+
+
+# the GPU tests' two shapes (B, H, Hkv, D, T): the 4k host-bound one at D=64, and D=128 with
+# grouped-query attention at a length that is no multiple of a block
+GPU_SHAPES = [(1, 16, 16, 64, 4096), (1, 32, 8, 128, 1000)]
+
+
+def cuda_inputs(shape: tuple[int, int, int, int, int], *, grad: bool, seed: int = 0):
+    """bf16 q (B, H, T, D), k and v (B, Hkv, T, D) on CUDA from one seeded generator."""
+    B, H, Hkv, D, T = shape
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn((B, H, T, D), generator=g, device="cuda", dtype=torch.bfloat16, requires_grad=grad)
+    k, v = (torch.randn((B, Hkv, T, D), generator=g, device="cuda", dtype=torch.bfloat16, requires_grad=grad)
+            for _ in range(2))  # fmt: skip
+    return q, k, v

@@ -14,20 +14,14 @@ import torch
 import tilesparse as ts
 from tilesparse.patterns.decision_errors import unbound_checks
 
+from builtin_specs import cuda_inputs
+
 SPECS = {
     "hash": ts.Hash(buckets=16),
     "hybrid": ts.Hybrid(parts=[ts.Hash(buckets=16), ts.QKDrop(keep=0.7)]),
     "topk": ts.TopKFeatures(k=8),
     "perhead": ts.PerHead(dense_heads=[0], rest=ts.Hash(buckets=16)),
 }
-
-
-def _qkv(T, H=8, Hkv=2, D=64, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randn((1, H, T, D), generator=g, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    k, v = (torch.randn((1, Hkv, T, D), generator=g, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            for _ in range(2))  # fmt: skip
-    return q, k, v
 
 
 def _given(dec):
@@ -39,7 +33,7 @@ def test_bound_checks_match_the_per_call_path_and_catch_a_bad_id(name):
     attn = ts.compile(SPECS[name], causal=True, backend="triton")
     ts.check_errors()
     for T in (1000, 4096, 1000):  # a layout, another, the first again (kept)
-        q, k, v = _qkv(T)
+        q, k, v = cuda_inputs((1, 8, 2, 64, T), grad=True)
         dec = _given(attn.decide(q, k))
         go = torch.randn_like(q)
         got = {}

@@ -13,7 +13,7 @@ import torch
 import tilesparse as ts
 from tilesparse.decide import unbound_decide
 
-from builtin_specs import one_of_each_kind
+from builtin_specs import GPU_SHAPES, cuda_inputs, one_of_each_kind
 
 SPECS = one_of_each_kind(keep=0.6, buckets=16, k=8)
 
@@ -29,14 +29,12 @@ def _norm_bucket(q, k, /, *, buckets, generator=None):
 SPECS["user"] = ts.Hybrid(parts=[ts.Hash(buckets=16, criterion="test-gpu-norm-bucket"), ts.QKDrop(keep=0.6)])
 
 
-@pytest.mark.parametrize("shape", [(1, 16, 16, 64, 4096), (1, 32, 8, 128, 1000)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_a_call_decides_as_attn_decide_does(name, shape):
-    B, H, Hkv, D, T = shape
+    T = shape[-1]
     attn = ts.compile(SPECS[name], causal=True, backend="triton")
-    g = torch.Generator(device="cuda").manual_seed(1)
-    q = torch.randn((B, H, T, D), generator=g, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn((B, Hkv, T, D), generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    q, k, v = cuda_inputs(shape, grad=False, seed=1)
 
     def seeded(seed):
         return torch.Generator(device="cuda").manual_seed(seed)

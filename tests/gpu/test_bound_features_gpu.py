@@ -12,21 +12,19 @@ import torch
 import tilesparse as ts
 from tilesparse.backends.triton.features import unbound_features
 
+from builtin_specs import GPU_SHAPES, cuda_inputs
+
 SPECS = {
     "topk": ts.TopKFeatures(k=8),
     "perhead-topk": ts.PerHead(dense_heads=[1], rest=ts.TopKFeatures(k=8)),
 }
 
 
-@pytest.mark.parametrize("shape", [(1, 16, 16, 64, 4096), (1, 32, 8, 128, 1000)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_bound_features_match_the_per_call_path(name, shape):
-    B, H, Hkv, D, T = shape
     attn = ts.compile(SPECS[name], causal=True, backend="triton")
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn((B, H, T, D), generator=g, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    k, v = (torch.randn((B, Hkv, T, D), generator=g, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            for _ in range(2))  # fmt: skip
+    q, k, v = cuda_inputs(shape, grad=True)
     go = torch.randn_like(q)
     for seed in range(3):  # a new binding, a kept one, a reused one; new decisions each call
         dec = attn.decide(q, k, generator=torch.Generator(device="cuda").manual_seed(seed))

@@ -29,10 +29,10 @@ import torch
 from torch import Tensor
 
 from .backends import HashingBuilder, IndexBuilder, lsh_hasher, topk_selector
+from .backends.switch import switched_on
 from .ir import AttentionInputs
 from .ir.hashing import LshHash
 from .patterns import Decisions, Hash, SpecBase, TopKFeatures
-from .backends.switch import switched_on
 from .patterns.criteria import bernoulli, get_criterion, lsh_draw, topk_abs
 
 __all__ = [
@@ -209,37 +209,28 @@ def unbound_decide_on() -> bool:
 
 
 def _unbound(spec: SpecBase, inputs: AttentionInputs, check_ids: bool) -> BoundDecide:
+    """The path before :func:`bind_decisions`: every criterion through ``spec.decide`` (its
+    output checked, k copied per query head where read), the parts merged one by one; the
+    selector's and the hasher's steps as bound (they did the same work)."""
     setup = decide_setup(spec, inputs)  # the one thing bound before bind_decisions
+    kernels = {id(p): _part_step(p, setup, inputs, check_ids, False)[0] for p in spec.decision_parts()
+               if (p is setup.topk and setup.selector is not None) or (p is setup.part and setup.hasher is not None)}
 
     def decide(inputs: AttentionInputs, generator, fused: IndexBuilder | None = None):
-        q = inputs.q
-        part, topk, hasher, selector = setup.part, setup.topk, setup.hasher, setup.selector
         out, deferred, k = Decisions(), None, None
         with torch.no_grad():
             for p in spec.decision_parts():
-                if p is topk and selector is not None:
-                    B, H, Tq, _ = q.shape
-                    q_support = torch.empty((B, H, Tq, p.k), dtype=torch.int32, device=q.device)
-                    k_support = torch.empty((B, H, inputs.k_len, p.k), dtype=torch.int32, device=q.device)
-                    selector(q, inputs.k, p.k, q_support, k_support)
-                    out = out.merge(Decisions(q_support=q_support, k_support=k_support))
+                step = kernels.get(id(p))
+                if step is not None:
+                    fields: Fields = {}
+                    deferred = step(inputs, generator, fused, fields) or deferred
+                    out = out.merge(Decisions(**fields))
                     continue
-                if p is not part or hasher is None:
-                    if get_criterion(p.criterion).fn is bernoulli:
-                        part_k = inputs.k
-                    else:
-                        k = part_k = inputs.k_per_query_head() if k is None else k
-                    out = out.merge(p.decide(q, part_k, generator=generator, check_ids=check_ids))
-                    continue
-                B, H, T, D = q.shape
-                rotations = lsh_draw(H, D, p.buckets, q.device, generator)
-                q_bucket, k_bucket = (torch.empty((B, H, T), dtype=torch.int32, device=q.device) for _ in range(2))
-                lsh = LshHash(rotations, p.buckets, q_bucket, k_bucket)
-                if hasher is fused:
-                    deferred = DeferredHash(hasher, lsh)
+                if get_criterion(p.criterion).fn is bernoulli:
+                    part_k = inputs.k
                 else:
-                    hasher.hash(inputs, lsh)
-                out = out.merge(Decisions(q_bucket=q_bucket, k_bucket=k_bucket))
+                    k = part_k = inputs.k_per_query_head() if k is None else k
+                out = out.merge(p.decide(inputs.q, part_k, generator=generator, check_ids=check_ids))
         return out, deferred
 
     return decide

@@ -287,11 +287,8 @@ class BoundCheck:
     def __call__(self, dec: Decisions, spec: object) -> tuple[Decisions, Tensor | None]:
         """``dec`` (of the bound layout) with its ids clamped, checked into the record and
         marked trusted for ``spec``; the call's poison (None: no ids to check)."""
-        if self.errors is None:
-            return dec.trusted(spec), None
-        if self.bound is None:  # torch ops: the record has no kernel, or not for these rows
-            fields, poison = check_on_device(dict(dec.items()), self.rows, self.errors)
-            return Decisions(**fields).trusted(spec), poison
+        if self.errors is None or self.bound is None:  # no ids; or torch ops: the record has no kernel
+            return _checked_per_call(dec, spec, self.rows, self.errors)
         clamped, poison = self.bound([getattr(dec, n) for n in self.names])
         self.errors.publish()
         fields = {n: getattr(dec, n) for n in self.passed}
@@ -329,10 +326,18 @@ class BoundChecks:
     def _unbound(self, dec: Decisions, spec: object, head_dim: int, device: torch.device):
         """The call worked out anew: rows, record, fields, launch arguments."""
         rows = rows_for(dec, buckets=self.buckets, head_dim=head_dim)
-        if not rows:
-            return dec.trusted(spec), None
-        fields, poison = check_on_device(dict(dec.items()), rows, self.errors_for(device, rows))
-        return Decisions(**fields).trusted(spec), poison
+        return _checked_per_call(dec, spec, rows, self.errors_for(device, rows) if rows else None)
+
+
+def _checked_per_call(
+    dec: Decisions, spec: object, rows: tuple[Row, ...], errors: DeviceErrors | None
+) -> tuple[Decisions, Tensor | None]:
+    """:func:`check_on_device` of ``dec`` into ``errors`` (None: no ids to check), marked
+    trusted for ``spec``; the call's poison (None without ids)."""
+    if errors is None:
+        return dec.trusted(spec), None
+    fields, poison = check_on_device(dict(dec.items()), rows, errors)
+    return Decisions(**fields).trusted(spec), poison
 
 
 @contextlib.contextmanager

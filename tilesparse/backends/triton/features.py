@@ -37,7 +37,7 @@ from ..first_order import first_order_only
 from ..switch import switched_on
 from .launch import LeanKernel, lean
 
-__all__ = ["BoundFeatures", "constexprs", "keep_features", "unbound_features"]
+__all__ = ["BoundFeatures", "constexprs", "keep_features", "unbound_features", "unbound_features_on"]
 
 _TILE = 2048  # elements a program holds (rows x padded head dim)
 _WARPS = 4
@@ -179,6 +179,11 @@ def unbound_features():
     (:func:`keep_features` a side, each checked, sized and an autograd node of its own; the
     TopKFeatures group assembled in each index build): A/B timing within one process."""
     return switched_on(_UNBOUND)
+
+
+def unbound_features_on() -> bool:
+    """Whether :func:`unbound_features` is in force (the index build reads it per call)."""
+    return _UNBOUND[0]
 
 
 class BoundFeatures:

@@ -30,7 +30,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
 import triton
 import triton.language as tl
 
@@ -52,7 +51,7 @@ from ...ir import (
 from ...ir.prepare import assemble_group, copy_group, feature_supports, head_map, select_heads
 from ..buffers import BufferPool
 from ..switch import switched_on
-from .features import _UNBOUND as _UNBOUND_FEATURES
+from .features import unbound_features_on
 from .launch import lean
 from .op import predicate_flags
 
@@ -579,7 +578,7 @@ def bind_group(
         entry = pool.take()
         try:
             q_out, k_out, flag_pair = fill(entry[1], dec)
-            per_call = features and _UNBOUND_FEATURES[0]  # unbound_features(): assembled each call
+            per_call = features and unbound_features_on()  # unbound_features(): assembled each call
             if entry[4] is not None and not per_call:
                 # the entry's views, flags and head map: made once (a feature group's supports: the call's)
                 g = copy_group(entry[4], **feature_supports(group, heads, dec, H)) if features else copy_group(entry[4])

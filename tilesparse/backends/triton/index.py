@@ -239,6 +239,41 @@ def _bound(OTHER, target, seqlen, n_steps, RIGHT: tl.constexpr, IDENTITY: tl.con
 
 
 @triton.jit
+def _bound2(OTHER, target_a, target_b, seqlen, n_steps, RIGHT_A: tl.constexpr, RIGHT_B: tl.constexpr,
+            IDENTITY: tl.constexpr):
+    """:func:`_bound` of two targets per lane in one loop: each step's two loads are in flight
+    together, so the two searches take the latency of one (a search is a chain of dependent
+    loads: the build's time at short T)."""
+    if IDENTITY:
+        return (_bound(OTHER, target_a, seqlen, n_steps, RIGHT_A, IDENTITY),
+                _bound(OTHER, target_b, seqlen, n_steps, RIGHT_B, IDENTITY))
+    lo_a = tl.zeros_like(target_a)
+    hi_a = tl.zeros_like(target_a) + seqlen
+    lo_b = tl.zeros_like(target_b)
+    hi_b = tl.zeros_like(target_b) + seqlen
+    for _ in range(n_steps):
+        active_a = lo_a < hi_a
+        active_b = lo_b < hi_b
+        mid_a = (lo_a + hi_a) // 2
+        mid_b = (lo_b + hi_b) // 2
+        v_a = tl.load(OTHER + mid_a, mask=active_a, other=0)
+        v_b = tl.load(OTHER + mid_b, mask=active_b, other=0)
+        if RIGHT_A:
+            go_a = v_a <= target_a
+        else:
+            go_a = v_a < target_a
+        if RIGHT_B:
+            go_b = v_b <= target_b
+        else:
+            go_b = v_b < target_b
+        lo_a = tl.where(active_a & go_a, mid_a + 1, lo_a)
+        hi_a = tl.where(active_a & (~go_a), mid_a, hi_a)
+        lo_b = tl.where(active_b & go_b, mid_b + 1, lo_b)
+        hi_b = tl.where(active_b & (~go_b), mid_b, hi_b)
+    return lo_a, lo_b
+
+
+@triton.jit
 def _build_side(SKEY, ORDER, OTHER, ORDER_OUT, POS_OUT, BKT_OUT, RANGES, NSEG,
                 seqlen, n_blocks, big, n_steps,
                 SENTINEL: tl.constexpr, DROPPED_BUCKET: tl.constexpr,
@@ -283,12 +318,11 @@ def _build_side(SKEY, ORDER, OTHER, ORDER_OUT, POS_OUT, BKT_OUT, RANGES, NSEG,
     rng = RANGES + (bh.to(tl.int64) * n_blocks + pid) * (MAX_SEG * 4)
     other = OTHER + base
     c = bucket * seqlen
-    bucket_start = _bound(other, c, seqlen, n_steps, False, IDENTITY)
-    bucket_end = _bound(other, c + seqlen, seqlen, n_steps, False, IDENTITY)
     slot = rng + seg * 4
+    # each side takes two searches of the other side's keys, run together (_bound2)
     if not CAUSAL:
-        lo = bucket_start
-        hi = bucket_end
+        # the segment's whole bucket
+        lo, hi = _bound2(other, c, c + seqlen, seqlen, n_steps, False, False, IDENTITY)
         full_hi = hi
         if NOT_SELF:
             full_hi = lo
@@ -299,27 +333,26 @@ def _build_side(SKEY, ORDER, OTHER, ORDER_OUT, POS_OUT, BKT_OUT, RANGES, NSEG,
         tl.store(slot + 3, hi, mask=starts)
     elif QUERY_SIDE:
         # keys of the segment's bucket at or before its latest query (before, if STRICT);
-        # unmasked: keys at or before its earliest query
-        lo = bucket_start
-        full_hi = _bound(other, c + pos, seqlen, n_steps, not STRICT, IDENTITY)  # pos = pmin on start lanes
-        full_hi = tl.where(uniform, tl.maximum(full_hi, lo), lo)
+        # unmasked: keys at or before its earliest query. One search of c + pos gives both:
+        # pos is the segment's earliest on its start lane, its latest on its end lane
+        lo, at_pos = _bound2(other, c, c + pos, seqlen, n_steps, False, not STRICT, IDENTITY)
+        full_hi = tl.where(uniform, tl.maximum(at_pos, lo), lo)
         tl.store(slot, lo, mask=starts)
         tl.store(slot + 1, lo, mask=starts)
         tl.store(slot + 2, full_hi, mask=starts)
-        hi = _bound(other, c + pos, seqlen, n_steps, not STRICT, IDENTITY)  # pos = pmax on end lanes
-        tl.store(slot + 3, hi, mask=ends)
+        tl.store(slot + 3, at_pos, mask=ends)
     else:
         # queries of the segment's bucket at or after its earliest key (after, if STRICT);
-        # unmasked: queries at or after its latest key
-        lo = _bound(other, c + pos, seqlen, n_steps, STRICT, IDENTITY)  # pos = kmin on start lanes
-        hi = bucket_end
+        # unmasked: queries at or after its latest key. One search of c + pos gives both, as
+        # on the query side (kmin on the start lane, kmax on the end lane)
+        at_pos, hi = _bound2(other, c + pos, c + seqlen, seqlen, n_steps, STRICT, False, IDENTITY)
+        lo = at_pos
         tl.store(slot, lo, mask=starts)
         # tl.where, not `starts & ~uniform`: Triton 3.9's interpreter rejects a block & scalar mask
         tl.store(slot + 1, lo, mask=tl.where(uniform, False, starts))
         tl.store(slot + 2, tl.where(uniform, hi, lo), mask=starts)
         tl.store(slot + 3, hi, mask=starts)
-        full_lo = _bound(other, c + pos, seqlen, n_steps, STRICT, IDENTITY)  # pos = kmax on end lanes
-        tl.store(slot + 1, full_lo, mask=tl.where(uniform, ends, False))
+        tl.store(slot + 1, at_pos, mask=tl.where(uniform, ends, False))
     # unused segment slots are zero
     unused = (lane >= nseg) & (lane < MAX_SEG)
     zero = tl.zeros_like(lane)

@@ -288,6 +288,8 @@ class Launches:
         # one query head per kv head and every head here: each key row is written once, in
         # place; otherwise per-query-head buffers are summed into the kv heads afterwards
         self.direct = self.full and self.k_group == 1 and self.v_group == 1
+        # every query head in order: the sum into the kv heads need not read the head map (gqa.py)
+        self.in_order = tuple(g.heads) == tuple(range(H))
         self.flags = _flags(g, cfg)
         self.max_seg_q, self.max_seg_k = g.q_ranges.shape[3], g.k_ranges.shape[3]
         self.n_qb, self.n_kb = g.q_ranges.shape[2], g.k_ranges.shape[2]
@@ -459,7 +461,7 @@ class _SparseAttention(torch.autograd.Function):
             *dkdv_launch.scalars, unchanged=dkdv_launch.unchanged, **dkdv_launch.constants,
         )  # fmt: skip
         if not launches.direct:  # separate tensors: the op's backward may not return outputs that alias each other
-            dk, dv = sum_into_kv_heads(dk, dv, g.head_map, H, k, v)
+            dk, dv = sum_into_kv_heads(dk, dv, g.head_map, H, k, v, in_order=launches.in_order)
         dq, dk, dv = first_order_only("triton", (dq, dk, dv), (q, k, v))
         return dq, dk, dv, None, None
 

@@ -436,7 +436,9 @@ def index_variants() -> list[tuple[str, dict]]:
         )))  # fmt: skip
     from .gqa import _BLOCK
 
-    out.append(("_sum_into_kv_heads", dict(BLOCK=_BLOCK)))  # the GQA gradients' sum (gqa.py)
+    # the GQA gradients' sum (gqa.py): every query head in order (4 a kv head), or through the head map
+    out.append(("_sum_into_kv_heads", dict(BLOCK=_BLOCK, IN_ORDER=True, GROUP_K=4, GROUP_V=4)))
+    out.append(("_sum_into_kv_heads", dict(BLOCK=_BLOCK, IN_ORDER=False, GROUP_K=1, GROUP_V=1)))
     from .features import constexprs as feature_constexprs
 
     out += [("_keep_features", feature_constexprs(d)) for d in (64, 128, 256)]  # TopKFeatures' q~, k~ (features.py)

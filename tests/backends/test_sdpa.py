@@ -44,3 +44,41 @@ def test_a_feature_group_without_decisions_is_an_error():
     group = lower(ts.TopKFeatures(k=4), causal=True).groups[0]
     with pytest.raises(ValueError, match="pass decisions= with q_support and k_support"):
         REGISTRY["sdpa"].attend_heads(group, (0, 1), check_inputs(q, k, v))
+
+
+def _feature_call(H=4, Hkv=2, T=24, D=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn((2, H, T, D), generator=g)
+    k, v = (torch.randn((2, Hkv, T, D), generator=g) for _ in range(2))
+    attn = ts.compile(ts.TopKFeatures(k=4), causal=True, backend="sdpa")
+    return attn, q, k, v, attn.decide(q, k, generator=g)
+
+
+def test_both_ways_of_making_q_and_k_sparse_agree():
+    """A group of every head makes q~ and k~ with Triton's feature kernel (here under the
+    interpreter); a q strided along D takes the torch ops: the same outputs and gradients."""
+    from tilesparse.backends import sdpa
+
+    attn, q, k, v, dec = _feature_call()
+    inputs = check_inputs(q, k, v)
+    strided = check_inputs(q.transpose(-1, -2).contiguous().transpose(-1, -2), k, v)
+    assert strided.q.stride(-1) != 1
+    supports = (dec.q_support.to(torch.int32), dec.k_support.to(torch.int32))
+    kernel = sdpa._sparsified(inputs, (0, 1, 2, 3), *supports)
+    ops = sdpa._sparsified(strided, (0, 1, 2, 3), *supports)
+    for a, b in zip(kernel, ops, strict=True):
+        assert a.shape == b.shape == (2, 4, 24, 16)
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_an_inf_in_an_unkept_feature_stays_out():
+    """As in the reference: q~ and k~ select the kept features, so an inf elsewhere does not
+    become 0 * inf = NaN (the torch ops' product would)."""
+    attn, q, k, v, dec = _feature_call()
+    unkept_q = next(f for f in range(16) if f not in dec.q_support[0, 0, 5].tolist())
+    unkept_k = next(f for f in range(16) if f not in dec.k_support[1, 2:4, 7].flatten().tolist())
+    q[0, 0, 5, unkept_q] = float("inf")
+    k[1, 1, 7, unkept_k] = float("-inf")  # kv head 1 serves query heads 2 and 3
+    out = attn(q, k, v, decisions=dec)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, attn.reference(q, k, v, decisions=dec), rtol=1e-4, atol=1e-5)

@@ -2,7 +2,12 @@
 
 A group qualifies when nothing but causality masks it: identity layout, at most a non-strict
 Causal predicate. A TopKFeatures group runs as SDPA over the sparsified q~ and k~ (features
-outside the supports zeroed, so autograd sends gradients to the kept entries only). On CUDA
+outside the supports zeroed, so autograd sends gradients to the kept entries only). A group of
+every query head makes them with Triton's feature kernel where Triton runs (one launch a side
+and one a side for the gradients, k repeated per query head in the same launch, an inf in an
+unkept feature kept out as the reference keeps it: backends/triton/features.py); otherwise, and
+for a group of some heads, as torch ops (a 0/1 mask a side and a product: there 0 * inf is NaN).
+On CUDA
 the cuDNN kernel is tried first, then flash, then torch's others: on the H200 cuDNN runs dense
 causal attention 1.6x faster than flash (benchmarks/results/bench_full_d64_h200.json), and
 torch's own order may prefer flash.
@@ -83,11 +88,8 @@ class SdpaBackend(Backend):
             k, v = kv_for_heads(inputs, heads)
         else:
             # the dot of the sparsified vectors q~ . k~: per query head, as the supports are
-            D = inputs.head_dim
-            k = select_heads(inputs.k_per_query_head(), heads, inputs.heads)
             v = select_heads(inputs.v_per_query_head(), heads, inputs.heads)
-            q = q * feature_mask(q_support, D, q.dtype)
-            k = k * feature_mask(k_support, D, k.dtype)
+            q, k = _sparsified(inputs, heads, q_support, k_support)
         gqa = q.shape[1] != k.shape[1]
         causal = group.causal is not None
         mask = None
@@ -97,6 +99,24 @@ class SdpaBackend(Backend):
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, is_causal=causal, scale=inputs.scale, enable_gqa=gqa
             )
+
+
+def _sparsified(inputs: AttentionInputs, heads: tuple[int, ...], q_support: Tensor, k_support: Tensor):
+    """q~ and k~ of the group's query heads ``heads``, k~ per query head (see the module
+    docstring for which way they are made)."""
+    q, k, H = inputs.q, inputs.k, inputs.heads
+    if heads == tuple(range(H)) and q.stride(-1) == 1 and k.stride(-1) == 1:
+        from .triton.availability import device_reasons
+
+        if not device_reasons(q.device):
+            from .triton.features import keep_features
+
+            q_support, k_support = (s if s.dtype == torch.int32 else s.to(torch.int32) for s in (q_support, k_support))
+            return keep_features(q, q_support, heads, H), keep_features(k, k_support, heads, H)
+    D = inputs.head_dim
+    q = select_heads(q, heads, H) * feature_mask(q_support, D, q.dtype)
+    k = select_heads(inputs.k_per_query_head(), heads, H) * feature_mask(k_support, D, k.dtype)
+    return q, k
 
 
 def bottom_right_causal(q_len: int, k_len: int, device) -> Tensor | None:

@@ -36,7 +36,8 @@ manager that turns it off; ``index-pool``: index buffers lent per call, ``backen
 ``fused-sort``: the index build's keys and scatter in one launch, ``backends/triton/index.py``;
 ``bound-decide``: a call's decisions made by steps bound once per signature, ``tilesparse/decide.py``;
 ``bound-checks``: given ids' device checks bound once per op and layout, ``patterns/decision_errors.py``;
-``bound-features``: TopKFeatures' q~ and k~ launches bound once per signature, ``backends/triton/features.py``):
+``bound-features``: TopKFeatures' q~ and k~ launches bound once per signature, ``backends/triton/features.py``;
+``bound-hash``: the ``lsh`` hashing launch bound once per signature, ``backends/triton/hashing.py``):
 every round times each mode both ways, which goes first alternating by round, the modes with
 the change off suffixed ``@off``: an A/B within one process, where the host's speed is shared.
 
@@ -70,6 +71,7 @@ from tilesparse.bench.grid import PATTERNS  # noqa: E402
 from tilesparse.backends.buffers import unpooled  # noqa: E402
 from tilesparse.backends.triton.index import separate_sort  # noqa: E402
 from tilesparse.backends.triton.features import unbound_features  # noqa: E402
+from tilesparse.backends.triton.hashing import unbound_hashing  # noqa: E402
 from tilesparse.decide import unbound_decide  # noqa: E402
 from tilesparse.patterns.decision_errors import unbound_checks  # noqa: E402
 from tilesparse.bench.timing import host_us, sync, synchronized_ms, time_call  # noqa: E402
@@ -84,7 +86,7 @@ BASE = {"fwd_decide_nograd": "fwd", "fwd_bwd_decide": "fwd_bwd", "fwd_checked": 
 # --ab NAME: a change timed on and off in one process, round by round: the context manager
 # that turns it off
 SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort, "bound-decide": unbound_decide,
-            "bound-checks": unbound_checks, "bound-features": unbound_features}
+            "bound-checks": unbound_checks, "bound-features": unbound_features, "bound-hash": unbound_hashing}
 OFF = "@off"  # suffix of a mode timed with the --ab change turned off
 WANT: set[str] = set()  # --modes
 

@@ -1,13 +1,15 @@
 """The Triton builder's bound hashing build (``TritonBuilder.bind_hashing``), which a call with
 its decisions made in it runs where the plan gives the lsh hashing to the builder (on CUDA): the
 hashing launch fills the call's bucket buffers, then the build bound to the call's signature
-reads them into a lent index buffer. Run here on the interpreter, where no plan hashes in the
-builder (the criterion's torch matmul is faster on the CPU)."""
+reads them into a lent index buffer; and its hashing launch bound to the call's sizes
+(``hashing.BoundHash``) against the per-call one (``hash_into``). Run here on the interpreter,
+where no plan hashes in the builder (the criterion's torch matmul is faster on the CPU)."""
 
 from __future__ import annotations
 
 import gc
 
+import pytest
 import torch
 
 import tilesparse as ts
@@ -52,3 +54,64 @@ def test_the_bound_hashing_build_hashes_then_builds_into_lent_buffers():
     assert again.q_order.data_ptr() == address
     for name in FIELDS:
         assert torch.equal(getattr(again, name), getattr(want, name)), name
+
+
+def _hash_args(B=2, H=4, Hkv=2, T=50, D=16, buckets=6, dtype=torch.float32):
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(B, H, T, D, generator=g).to(dtype)
+    k = torch.randn(B, Hkv, T, D, generator=g).to(dtype)
+    rotations = lsh_draw(H, D, buckets, q.device, torch.Generator().manual_seed(4))
+    return q, k, rotations, buckets
+
+
+def _buffers(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    B, H, T, _ = q.shape
+    return tuple(torch.full((B, H, T), -1, dtype=torch.int32) for _ in range(2))
+
+
+def test_the_bound_hash_launch_writes_what_hash_into_writes(monkeypatch):
+    """BoundHash (the sizes checked and the launch worked out once; hash_into not called) against
+    hash_into (per call), bit for bit, with GQA, a length that is not a multiple of the kernel's
+    block, fp32 and fp16, and through the unbound switch (which calls hash_into)."""
+    from tilesparse.backends.triton import hashing
+
+    checked = hashing.hash_into
+    calls = []
+    monkeypatch.setattr(hashing, "hash_into", lambda *a: calls.append(1) or checked(*a))
+    for dtype in (torch.float32, torch.float16):
+        q, k, rotations, buckets = _hash_args(dtype=dtype)
+        want = _buffers(q)
+        checked(q, k, rotations, buckets, *want)
+        assert int(want[0].min()) >= 0 and int(want[1].min()) >= 0
+        bound = hashing.BoundHash(q, k, buckets)
+        got = _buffers(q)
+        bound(q, k, rotations, *got)
+        assert not calls  # the bound launch
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        got = _buffers(q)
+        with hashing.unbound_hashing():
+            bound(q, k, rotations, *got)
+        assert calls == [1]
+        calls.clear()
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_the_bound_hash_launch_sends_unfit_buffers_to_the_checked_path():
+    """Buffers of another shape, dtype or layout than the bound ones never reach the kernel:
+    hash_into's checks name them."""
+    from tilesparse.backends.triton.hashing import BoundHash
+
+    q, k, rotations, buckets = _hash_args()
+    bound = BoundHash(q, k, buckets)
+    qb, kb = _buffers(q)
+    for bad, match in (
+        ((qb[:, :, :-1].contiguous(), kb), "q_bucket must be a contiguous"),
+        ((qb, kb.long()), "k_bucket must be a contiguous"),
+        ((qb, kb.transpose(0, 1).contiguous().transpose(0, 1)), "k_bucket must be a contiguous"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            bound(q, k, rotations, *bad)
+    with pytest.raises(ValueError, match="rotations of shape"):
+        bound(q, k, rotations[:, :, :1].contiguous(), qb, kb)
+    with pytest.raises(ValueError, match="does not fit q"):
+        BoundHash(q, k[:, :, :-1], buckets)

@@ -78,11 +78,18 @@ class TritonBuilder(HashingBuilder):
     def bind_hashing(
         self, program: Program, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs
     ) -> Callable:
-        """The hashing launch, then the bound :meth:`build` (:meth:`bind`: its lent buffers)."""
+        """The hashing launch, bound to ``inputs``' sizes (:class:`~.hashing.BoundHash`, one per
+        bucket count), then the bound :meth:`build` (:meth:`bind`: its lent buffers)."""
+        from .hashing import BoundHash
+
         build = self.bind(program, group, heads, inputs)
+        hashes: dict[int, BoundHash] = {}
 
         def build_hashing(decisions, inputs: AttentionInputs, lsh: LshHash) -> PreparedGroup:
-            self.hash(inputs, lsh)
+            hash_ = hashes.get(lsh.buckets)
+            if hash_ is None:
+                hash_ = hashes[lsh.buckets] = BoundHash(inputs.q, inputs.k, lsh.buckets)
+            hash_(inputs.q, inputs.k, lsh.rotations, lsh.q_bucket, lsh.k_bucket)
             return build(decisions, inputs)
 
         return build_hashing

@@ -39,7 +39,10 @@ from .launch import LeanKernel, lean
 
 __all__ = ["BoundFeatures", "constexprs", "keep_features", "unbound_features", "unbound_features_on"]
 
-_TILE = 2048  # elements a program holds (rows x padded head dim)
+# elements a program holds (rows x padded head dim): 64 rows at D=64, 32 at D=128; 12-27% less
+# GPU time than half as many rows at both (run 188, benchmarks/results/ab_keep_features_run188_h200.json);
+# D=256, not measured, keeps 8 rows
+_TILE = 4096
 _WARPS = 4
 _UNBOUND = [False]  # unbound_features() in force
 
@@ -98,7 +101,7 @@ def _keep_features(SRC, SUPPORT, SLOT, DST,
 def constexprs(head_dim: int, seqlen: int | None = None) -> dict:
     """The kernel's compile-time constants at ``head_dim`` for ``seqlen`` rows (None: many)."""
     block_d = triton.next_power_of_2(head_dim)
-    block_t = max(1, _TILE // block_d)
+    block_t = max(1, (_TILE if block_d <= 128 else _TILE // 2) // block_d)
     if seqlen is not None:
         block_t = min(block_t, triton.next_power_of_2(seqlen))
     return dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_T=block_t, WORDS=triton.cdiv(block_d, 64))

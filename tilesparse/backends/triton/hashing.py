@@ -25,9 +25,13 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from ..switch import switched_on
 from .launch import cdiv, lean
 
-__all__ = ["MAX_HALF", "MAX_HEAD_DIM", "hash_constexprs", "hash_into", "lsh_hash_reasons"]
+__all__ = ["MAX_HALF", "MAX_HEAD_DIM", "BoundHash", "hash_constexprs", "hash_into", "lsh_hash_reasons",
+           "unbound_hashing"]
+
+_UNBOUND = [False]  # unbound_hashing() in force
 
 MAX_HALF = 128  # directions a program holds: up to 256 buckets
 MAX_HEAD_DIM = 256
@@ -118,6 +122,55 @@ def hash_into(q: Tensor, k: Tensor, rotations: Tensor, buckets: int, q_bucket: T
         q, k, rot, q_bucket, k_bucket, *q.stride(), *k.stride(), T, H, H // k.shape[1],
         **constants, num_warps=4, num_stages=1,
     )  # fmt: skip
+
+
+class BoundHash:
+    """:func:`hash_into` for the calls of one signature (q and k's shapes and dtype) and bucket
+    count: the sizes checked, the grid, the scalars after the strides and the constants worked
+    out once. A call whose tensors do not have the bound shapes, or whose buffers are not
+    contiguous int32, goes through :func:`hash_into` and its checks (which name what is wrong)."""
+
+    __slots__ = ("buckets", "rot_shape", "bucket_shape", "grid", "scalars", "constants", "kernel")
+
+    def __init__(self, q: Tensor, k: Tensor, buckets: int):
+        B, H, T, D = q.shape
+        if k.shape[0] != B or k.shape[2] != T or k.shape[3] != D or H % k.shape[1]:
+            raise ValueError(f"k of shape {tuple(k.shape)} does not fit q of shape {tuple(q.shape)}")
+        from .interpreter import patch_bf16_dot
+        from .op import interpreting
+
+        if interpreting():
+            patch_bf16_dot()
+        self.buckets = buckets
+        self.rot_shape = (H, D, math.ceil(buckets / 2))
+        self.bucket_shape = (B, H, T)
+        self.constants = dict(hash_constexprs(D, buckets, q.dtype == torch.float32), num_warps=4, num_stages=1)
+        self.grid = (cdiv(T, self.constants["BLOCK_T"]), B * H, 2)
+        self.scalars = (T, H, H // k.shape[1])
+        self.kernel = lean(_lsh_hash)
+
+    def __call__(self, q: Tensor, k: Tensor, rotations: Tensor, q_bucket: Tensor, k_bucket: Tensor) -> None:
+        if (
+            _UNBOUND[0]
+            or rotations.shape != self.rot_shape
+            or rotations.dtype != torch.float32
+            or not rotations.is_contiguous()
+            or q_bucket.shape != self.bucket_shape
+            or k_bucket.shape != self.bucket_shape
+            or q_bucket.dtype != torch.int32
+            or k_bucket.dtype != torch.int32
+            or not (q_bucket.is_contiguous() and k_bucket.is_contiguous())
+        ):
+            hash_into(q, k, rotations, self.buckets, q_bucket, k_bucket)
+            return
+        self.kernel.launch(self.grid, (q, k, rotations, q_bucket, k_bucket, *q.stride(), *k.stride(), *self.scalars),
+                           self.constants)  # fmt: skip
+
+
+def unbound_hashing():
+    """Calls inside the block hash through :func:`hash_into`, checked and sized per call, as
+    before :class:`BoundHash` (A/B timing within one process)."""
+    return switched_on(_UNBOUND)
 
 
 @functools.cache

@@ -216,37 +216,21 @@ def _scatter_chunk(key, cat, rows, ok, start, SKEY, ORDER, row_base, seqlen, big
 
 
 @triton.jit
-def _bound(OTHER, target, seqlen, n_steps, RIGHT: tl.constexpr, IDENTITY: tl.constexpr):
-    """Per lane: how many of the other side's sorted keys are < target (<= with RIGHT)."""
-    if IDENTITY:
-        # the other side's keys are 0..T-1 in order
-        if RIGHT:
-            return tl.minimum(tl.maximum(target + 1, 0), seqlen)
-        return tl.minimum(tl.maximum(target, 0), seqlen)
-    lo = tl.zeros_like(target)
-    hi = tl.zeros_like(target) + seqlen
-    for _ in range(n_steps):
-        active = lo < hi
-        mid = (lo + hi) // 2
-        v = tl.load(OTHER + mid, mask=active, other=0)
-        if RIGHT:
-            go = v <= target
-        else:
-            go = v < target
-        lo = tl.where(active & go, mid + 1, lo)
-        hi = tl.where(active & (~go), mid, hi)
-    return lo
+def _bound_in_order(target, seqlen, RIGHT: tl.constexpr):
+    """:func:`_bound2`'s count when the other side's keys are 0..T-1 in order (IDENTITY)."""
+    if RIGHT:
+        return tl.minimum(tl.maximum(target + 1, 0), seqlen)
+    return tl.minimum(tl.maximum(target, 0), seqlen)
 
 
 @triton.jit
 def _bound2(OTHER, target_a, target_b, seqlen, n_steps, RIGHT_A: tl.constexpr, RIGHT_B: tl.constexpr,
             IDENTITY: tl.constexpr):
-    """:func:`_bound` of two targets per lane in one loop: each step's two loads are in flight
-    together, so the two searches take the latency of one (a search is a chain of dependent
-    loads: the build's time at short T)."""
+    """Per lane, for each of two targets: how many of the other side's sorted keys are < the
+    target (<= with RIGHT_*). A binary search is a chain of dependent loads (the build's time at
+    short T): the two run in one loop, so that each step's two loads are in flight together."""
     if IDENTITY:
-        return (_bound(OTHER, target_a, seqlen, n_steps, RIGHT_A, IDENTITY),
-                _bound(OTHER, target_b, seqlen, n_steps, RIGHT_B, IDENTITY))
+        return _bound_in_order(target_a, seqlen, RIGHT_A), _bound_in_order(target_b, seqlen, RIGHT_B)
     lo_a = tl.zeros_like(target_a)
     hi_a = tl.zeros_like(target_a) + seqlen
     lo_b = tl.zeros_like(target_b)

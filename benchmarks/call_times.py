@@ -37,7 +37,10 @@ manager that turns it off; ``index-pool``: index buffers lent per call, ``backen
 ``bound-decide``: a call's decisions made by steps bound once per signature, ``tilesparse/decide.py``;
 ``bound-checks``: given ids' device checks bound once per op and layout, ``patterns/decision_errors.py``;
 ``bound-features``: TopKFeatures' q~ and k~ launches bound once per signature, ``backends/triton/features.py``;
-``bound-hash``: the ``lsh`` hashing launch bound once per signature, ``backends/triton/hashing.py``):
+``bound-hash``: the ``lsh`` hashing launch bound once per signature, ``backends/triton/hashing.py``;
+and, from :data:`ENABLES`, changes not taken yet: ``local-sanitize``, the Triton forward at
+D <= 64 sanitizing in its own launch; ``merged-sanitize``, the backward's two sanitizing
+variants in one launch; both ``backends/triton/nonfinite.py``):
 every round times each mode both ways, which goes first alternating by round, the modes with
 the change off suffixed ``@off``: an A/B within one process, where the host's speed is shared.
 
@@ -72,6 +75,7 @@ from tilesparse.backends.buffers import unpooled  # noqa: E402
 from tilesparse.backends.triton.index import separate_sort  # noqa: E402
 from tilesparse.backends.triton.features import unbound_features  # noqa: E402
 from tilesparse.backends.triton.hashing import unbound_hashing  # noqa: E402
+from tilesparse.backends.triton.nonfinite import local_sanitize, merged_sanitize  # noqa: E402
 from tilesparse.decide import unbound_decide  # noqa: E402
 from tilesparse.patterns.decision_errors import unbound_checks  # noqa: E402
 from tilesparse.bench.timing import host_us, sync, synchronized_ms, time_call  # noqa: E402
@@ -87,6 +91,18 @@ BASE = {"fwd_decide_nograd": "fwd", "fwd_bwd_decide": "fwd_bwd", "fwd_checked": 
 # that turns it off
 SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort, "bound-decide": unbound_decide,
             "bound-checks": unbound_checks, "bound-features": unbound_features, "bound-hash": unbound_hashing}
+# --ab NAME for a change not taken yet (off unless asked for): the context manager that turns it on
+ENABLES = {"local-sanitize": local_sanitize, "merged-sanitize": merged_sanitize}
+
+
+def ab_arms(name: str | None):
+    """``turned(off)`` for the --ab change ``name``: the context in which it is off (``off``)
+    or on; None without a change."""
+    if name is None:
+        return None
+    if name in SWITCHES:
+        return lambda off: SWITCHES[name]() if off else contextlib.nullcontext()
+    return lambda off: contextlib.nullcontext() if off else ENABLES[name]()
 OFF = "@off"  # suffix of a mode timed with the --ab change turned off
 WANT: set[str] = set()  # --modes
 
@@ -168,11 +184,8 @@ def run(args) -> None:
     for shape in args.shapes.split(","):
         rows.update(calls_of(shape, args.patterns.split(",")))
     t0 = time.perf_counter()
-    switch = SWITCHES.get(args.ab)
-    both = (False,) if switch is None else (False, True)  # the --ab change on, then off
-
-    def turned(off: bool):
-        return switch() if off else contextlib.nullcontext()
+    turned = ab_arms(args.ab)
+    both = (False,) if turned is None else (False, True)  # the --ab change on, then off
 
     for fns in rows.values():  # compile and warm up every call (with the --ab change off too) before taking a turn
         for off in both:
@@ -255,7 +268,7 @@ def main() -> None:
     ap.add_argument("--expect", type=int, default=1, help="processes to wait for before timing (--lock)")
     ap.add_argument("--wait-s", type=float, default=300.0, help="the longest wait for them")
     ap.add_argument("--merge", nargs="+", help="JSON files of this script to merge into --out")
-    ap.add_argument("--ab", choices=sorted(SWITCHES),
+    ap.add_argument("--ab", choices=sorted(SWITCHES | ENABLES),
                     help=f"time every mode also with this change off (modes suffixed {OFF}), in turns each round")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cpu: a smoke run of the script itself (TRITON_INTERPRET=1, float32; no figure to report)")

@@ -58,3 +58,25 @@ def test_call_times_times_every_mode_of_every_row_in_each_round_and_merges(tmp_p
     assert list(out) == ["B1_H2_Hkv1_D16_T64/keep0.5"]
     assert out["B1_H2_Hkv1_D16_T64/keep0.5"]["sdpa_math"] == rows["B1_H2_Hkv1_D16_T64/sdpa_math"]
     assert sum("B1_H2_Hkv1_D16_T64/keep0.5" in line for line in r.stdout.splitlines()) == 6  # each mode, on and off
+
+
+def test_ab_arms_turn_a_taken_change_off_and_a_new_one_on(monkeypatch):
+    """``call_times.ab_arms``: an --ab change from ``SWITCHES`` (taken) is on outside its
+    context manager and off inside; one from ``ENABLES`` (not taken yet) the other way round."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import call_times
+
+    from tilesparse.backends import buffers
+    from tilesparse.backends.triton import nonfinite
+
+    turned = call_times.ab_arms("local-sanitize")
+    with turned(False):
+        assert nonfinite._LOCAL[0]
+    with turned(True):
+        assert not nonfinite._LOCAL[0]
+    turned = call_times.ab_arms("index-pool")
+    with turned(True):
+        assert buffers._OFF[0]
+    with turned(False):
+        assert not buffers._OFF[0]
+    assert call_times.ab_arms(None) is None

@@ -4,7 +4,9 @@ that keep it, in the Triton kernels (forward, dQ, dK/dV; fp16 and bf16, D 64 and
 sanitizing variants run only then) and, for TopKFeatures, in the CuPy kernels and Triton's; the other rows'
 outputs and gradients equal the reference's on clean inputs, and the rows that keep it are
 not finite. With finite inputs the sanitizing variants exit at once and the result is the one
-the unchanged kernels give, bit for bit.
+the unchanged kernels give, bit for bit. Fewer sanitizing launches (``nonfinite.local_sanitize``:
+the forward at D <= 64 in one launch; ``merged_sanitize``: the backward's two sanitizing variants
+in one) give the launch pairs' results bit for bit.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def test_finite_inputs_take_the_unchanged_kernels(dtype, D, monkeypatch):
     assert _flags(attn) == [0, 0]
     with monkeypatch.context() as m:
         # the unchanged variant alone (for dK/dV the warp-specialized kernel, where it runs)
-        m.setattr(op, "launch_pair", lambda kernel, grid, *args, unchanged=None, **kw: (
+        m.setattr(op, "launch_pair", lambda kernel, grid, *args, unchanged=None, local=False, **kw: (
             unchanged(grid, args) if unchanged else kernel[grid](*args, **kw)))
         b, gb = _run(attn, q, k, v, dec, w)
     assert torch.isfinite(a).all() and torch.equal(a, b) and all(torch.equal(x, y) for x, y in zip(ga, gb, strict=True))
@@ -144,3 +146,45 @@ def test_an_unkept_feature_stays_out(backend, value):
     torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-2)
     for got, ref in zip(grads, want_grads, strict=True):
         torch.testing.assert_close(got, ref, rtol=2e-2, atol=2e-2)
+
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=str)
+@pytest.mark.parametrize("switch,dtype,D", [("local", torch.float16, 64), ("local", torch.bfloat16, 64),
+                                            ("merged", torch.bfloat16, 64), ("merged", torch.bfloat16, 128)],
+                         ids=["local-fp16-64", "local-bf16-64", "merged-bf16-64", "merged-bf16-128"])
+@pytest.mark.parametrize("tensor,value", [(None, None), ("v", float("inf")), ("k", float("nan"))],
+                         ids=["finite", "v-inf", "k-nan"])
+def test_fewer_sanitizing_launches_equal_the_launch_pairs(spec, switch, dtype, D, tensor, value):
+    """The forward at D=64 in one launch that sanitizes where a program's own output is not
+    finite (``local``), and the backward's two sanitizing variants in one launch after the
+    unchanged ones (``merged``; at D=128 after the warp-specialized dQ and dK/dV kernels):
+    output, lse and gradients bit for bit those of the launch pairs they replace (at D=128 with
+    an inf or NaN, dK and dV to rounding: see below)."""
+    from tilesparse.backends.triton.nonfinite import local_sanitize, merged_sanitize
+
+    q, k, v, dec = _setup(spec, dtype, D)
+    if tensor is not None:
+        (k if tensor == "k" else v)[:, :, J, 3] = value
+    w = torch.rand((1, 2, T, D), device=DEVICE)
+
+    def run():
+        attn = ts.compile(spec, backend="triton")
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out, lse = attn(*leaves, decisions=dec, return_lse=True)
+        (out.float() * w).square().sum().backward()
+        return [out.detach(), lse.detach(), *(t.grad for t in leaves)]
+
+    want = run()
+    with (local_sanitize if switch == "local" else merged_sanitize)():
+        got = run()
+    for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), got, want, strict=True):
+        assert torch.equal(a.isnan(), b.isnan()), name
+        if D == 128 and tensor is not None and name in ("dk", "dv"):
+            # the merged dK/dV programs read the warp-specialized dQ kernel's delta, the pair's
+            # sanitizing dK/dV variant the Triton dQ variant's: the same sum, maybe not the same bits
+            torch.testing.assert_close(a.nan_to_num(0.0), b.nan_to_num(0.0), rtol=1e-2, atol=1e-2)
+        else:
+            assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)), name
+    if tensor is not None:
+        assert not got[0].isfinite().all() and got[0][:, :, :J].isfinite().all()

@@ -2,7 +2,7 @@
 effect (tens of microseconds) is smaller than the drift between two rounds of one process
 (call_times.py's rounds moved a row's host median by up to 300 µs in run 176).
 
-Each pair of calls runs the mode once with the change on and once with it off (``call_times.SWITCHES``,
+Each pair of calls runs the mode once with the change on and once with it off (``call_times.ab_arms``,
 the order alternating pair by pair), each call started on an idle GPU; per mode it reports
 the medians on and off, the median of the pairs' differences (on - off) with its 95%
 bootstrap interval, and the share of pairs where "on" took less. Host time first (the call
@@ -14,7 +14,6 @@ modes are call_times.py's (its ``calls_of``), so are the inputs.
 """
 
 import argparse
-import contextlib
 import json
 import random
 import statistics
@@ -28,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 import call_times  # noqa: E402
 
 
-def paired(fn, switch, pairs: int, sync_after: bool) -> dict:
+def paired(fn, turned, pairs: int, sync_after: bool) -> dict:
     on, off = [], []
     for i in range(pairs):
         for change_off in ((False, True) if i % 2 == 0 else (True, False)):
-            with switch() if change_off else contextlib.nullcontext():
+            with turned(change_off):
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 fn()
@@ -49,7 +48,7 @@ def paired(fn, switch, pairs: int, sync_after: bool) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ab", required=True, choices=sorted(call_times.SWITCHES))
+    ap.add_argument("--ab", required=True, choices=sorted(call_times.SWITCHES | call_times.ENABLES))
     ap.add_argument("--shapes", required=True)
     ap.add_argument("--patterns", required=True)
     ap.add_argument("--modes", required=True)
@@ -58,7 +57,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.autograd.set_multithreading_enabled(False)  # as call_times.py
     call_times.WANT.update(args.modes.split(","))
-    switch = call_times.SWITCHES[args.ab]
+    turned = call_times.ab_arms(args.ab)
     out = {"meta": {"argv": sys.argv[1:], "torch": torch.__version__, "device": torch.cuda.get_device_name(),
                     "unit": "us per call; diff: median of (on - off) over pairs, ci95 its bootstrap interval"}, "rows": {}}
     for shape in args.shapes.split(","):
@@ -68,10 +67,10 @@ def main() -> None:
                 continue
             for mode, fn in fns.items():
                 for change_off in (False, True):  # compile and warm up both ways
-                    with switch() if change_off else contextlib.nullcontext():
+                    with turned(change_off):
                         for _ in range(5):
                             fn()
-                rec = {"host": paired(fn, switch, args.pairs, False), "sync": paired(fn, switch, args.pairs // 2, True)}
+                rec = {"host": paired(fn, turned, args.pairs, False), "sync": paired(fn, turned, args.pairs // 2, True)}
                 out["rows"].setdefault(key, {})[mode] = rec
                 h, s = rec["host"], rec["sync"]
                 print(f"{key[-32:]:32} {mode:18} host on {h['on']:6.0f} off {h['off']:6.0f} diff {h['diff']:6.0f} "

@@ -72,6 +72,14 @@ def _flag_nonfinite(x, ok, NONFINITE):
 
 
 @triton.jit
+def _nonfinite(x, ok):
+    """Whether an element of tile ``x`` under ``ok`` is inf or NaN: :func:`_flag_nonfinite`'s
+    test as one scalar a program, for the ``LOCAL_SANITIZE`` branches."""
+    rows = tl.sum(tl.where(ok, x, 0.0), 1)
+    return tl.max(tl.where(tl.abs(rows) < float("inf"), 0, 1), 0) != 0
+
+
+@triton.jit
 def _segments(NSEG, RANGES, ORDER, POS, BKT, pid_bh, n_blocks, block, length, MAX_SEG: tl.constexpr):
     """The number of segments of this program's block, a pointer to their row ranges, and the
     layout those ranges index: the other side's order, positions and buckets of this (batch,
@@ -221,6 +229,36 @@ def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
     return acc, l_i, m_i
 
 
+@triton.jit
+def _fwd_sanitized(q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt, k_order, k_posp, k_bktp, nseg, rng,
+                   qk_scale, seqlen_k, offs_d, d_ok, LSE, row_base, offs_m, m_ok, o_ptrs, out_ok,
+                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_LOOP: tl.constexpr,
+                   CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
+                   PRECISION: tl.constexpr):
+    """One query block's lse and output again, stored, with the sanitizing loops: what the
+    forward's ``SANITIZE`` variant computes for the block (``LOCAL_SANITIZE``)."""
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    prev_hi = 0
+    for s in range(nseg):
+        lo, f0, f1, hi, prev_hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP, prev_hi)
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                        k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
+                                        BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, True)
+        if not SINGLE_LOOP:
+            acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                            k_order, k_posp, k_bktp, f0, f1, qk_scale, seqlen_k, offs_d, d_ok,
+                                            BLOCK_N, False, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+            acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
+                                            k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok,
+                                            BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, True)
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    tl.store(LSE + row_base + offs_m, tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe)), mask=m_ok)
+    tl.store(o_ptrs, (acc / l_safe[:, None]).to(o_ptrs.dtype.element_ty), mask=out_ok)
+
+
 @triton.jit(do_not_specialize=_RUNTIME)
 def _attn_fwd(Q, K, V, O, LSE,
               Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP, NONFINITE,
@@ -233,7 +271,10 @@ def _attn_fwd(Q, K, V, O, LSE,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
               CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
               NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
-              SANITIZE: tl.constexpr = False):
+              SANITIZE: tl.constexpr = False, LOCAL_SANITIZE: tl.constexpr = False):
+    """One query block against its key-row ranges. ``LOCAL_SANITIZE`` (``SANITIZE`` off): a
+    program whose own output is not finite runs the sanitizing loops itself and stores again,
+    in place of the flag and the sanitizing launch (nonfinite.py)."""
     tl.static_assert(BLOCK_D >= 16, "tl.dot needs an inner dimension of at least 16")
     if SANITIZE:
         if tl.load(NONFINITE) == 0:
@@ -275,7 +316,19 @@ def _attn_fwd(Q, K, V, O, LSE,
     tl.store(o_base + q_rows[:, None] * stride_ot + offs_d[None, :], o.to(O.dtype.element_ty),
              mask=m_ok[:, None] & d_ok[None, :])
     if not SANITIZE:
-        _flag_nonfinite(o, m_ok[:, None] & d_ok[None, :], NONFINITE)
+        if LOCAL_SANITIZE:
+            # an output with no inf or NaN is exact: only a program whose own is not runs the
+            # sanitizing loops, and its stores replace the ones above (same program, same rows).
+            # The loops above stay written out: through a shared function the default variants
+            # compiled to other registers than the ones timed
+            out_ok = m_ok[:, None] & d_ok[None, :]
+            if _nonfinite(o, out_ok):
+                _fwd_sanitized(q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt, k_order, k_posp, k_bktp,
+                               nseg, rng, qk_scale, seqlen_k, offs_d, d_ok, LSE, row_base, offs_m, m_ok,
+                               o_base + q_rows[:, None] * stride_ot + offs_d[None, :], out_ok, BLOCK_M, BLOCK_D,
+                               BLOCK_N, SINGLE_LOOP, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
+        else:
+            _flag_nonfinite(o, m_ok[:, None] & d_ok[None, :], NONFINITE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -471,10 +524,11 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                  CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
                  NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
-                 SANITIZE: tl.constexpr = False):
+                 SANITIZE: tl.constexpr = False, STORE_DELTA: tl.constexpr = True):
     """One query block against its key-row ranges (the forward pass's ranges). It also
     computes FlashAttention-2's delta = rowsum(dO * O) of its rows and stores it for the dK/dV
-    kernel, which runs after it."""
+    kernel, which runs after it (not ``STORE_DELTA``: in :func:`_attn_bwd_sanitize`, beside
+    the dK/dV programs that read the delta the unchanged variant stored)."""
     if SANITIZE:
         if tl.load(NONFINITE) == 0:
             return  # the unchanged variant's output is exact (see the module docstring)
@@ -489,7 +543,8 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
     o = tl.load(O + b.to(tl.int64) * stride_ob + hg.to(tl.int64) * stride_oh
                 + q_rows[:, None] * stride_ot + offs_d[None, :], mask=row_ok, other=0.0)
     di = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # dropped rows: 0 (their O is 0)
-    tl.store(DELTA + row_base + offs_m, di, mask=m_ok)
+    if STORE_DELTA:
+        tl.store(DELTA + row_base + offs_m, di, mask=m_ok)
     k_base, v_base = _kv_bases(K, V, b, h, stride_kb, stride_kh, stride_vb, stride_vh, k_group, v_group)
     nseg, rng, k_order, k_posp, k_bktp = _segments(NSEG, RANGES, K_ORDER, K_POS, K_BKT, pid_bh, n_blocks, pid_m,
                                                    seqlen_k, MAX_SEG)
@@ -514,3 +569,51 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
              mask=m_ok[:, None] & d_ok[None, :])
     if not SANITIZE:
         _flag_nonfinite(dq, m_ok[:, None] & d_ok[None, :], NONFINITE)
+
+
+@triton.jit(do_not_specialize=["seqlen", "seqlen_k", "n_qb", "n_kb", "n_heads_g", "k_group", "v_group"])
+def _attn_bwd_sanitize(Q, K, V, O, DO, DQ, DK, DV, LSE, DELTA,
+                       Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, Q_RANGES, Q_NSEG, K_RANGES, K_NSEG, HEAD_MAP,
+                       NONFINITE,
+                       stride_qb, stride_qh, stride_qt,
+                       stride_kb, stride_kh, stride_kt,
+                       stride_vb, stride_vh, stride_vt,
+                       stride_ob, stride_oh, stride_ot,
+                       stride_dob, stride_doh, stride_dot,
+                       stride_dqb, stride_dqh, stride_dqt,
+                       stride_dkb, stride_dkh, stride_dkt,
+                       stride_dvb, stride_dvh, stride_dvt,
+                       n_heads_g, seqlen, seqlen_k, n_qb, n_kb, qk_scale, sm_scale, k_group, v_group,
+                       HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                       DQ_M: tl.constexpr, DQ_N: tl.constexpr, MAX_SEG_Q: tl.constexpr,
+                       DKDV_M: tl.constexpr, DKDV_N: tl.constexpr, MAX_SEG_K: tl.constexpr,
+                       DKV_PER_QUERY_HEAD: tl.constexpr, DP_FIRST: tl.constexpr,
+                       CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
+                       NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr):
+    """The backward's two sanitizing variants in one launch (``nonfinite.merged_sanitize``),
+    after both unchanged ones: programs (i, bh, 0) run dQ's of query block i, programs
+    (i, bh, 1) dK/dV's of key block i. They exit at once unless the backward's flag is set; the
+    dQ programs then leave the delta as the unchanged dQ variant stored it, which the dK/dV
+    programs read beside them."""
+    if tl.load(NONFINITE) == 0:
+        return
+    if tl.program_id(2) == 0:
+        if tl.program_id(0) < n_qb:
+            _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
+                         Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, Q_RANGES, Q_NSEG, HEAD_MAP, NONFINITE,
+                         stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
+                         stride_vb, stride_vh, stride_vt, stride_ob, stride_oh, stride_ot,
+                         stride_dob, stride_doh, stride_dot, stride_dqb, stride_dqh, stride_dqt,
+                         n_heads_g, seqlen, seqlen_k, n_qb, qk_scale, sm_scale, k_group, v_group,
+                         HEAD_DIM, BLOCK_D, DQ_M, DQ_N, MAX_SEG_Q, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
+                         PRECISION, SINGLE_LOOP, True, False)
+    else:
+        if tl.program_id(0) < n_kb:
+            _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
+                           Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, K_RANGES, K_NSEG, HEAD_MAP, NONFINITE,
+                           stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
+                           stride_vb, stride_vh, stride_vt, stride_dob, stride_doh, stride_dot,
+                           stride_dkb, stride_dkh, stride_dkt, stride_dvb, stride_dvh, stride_dvt,
+                           n_heads_g, seqlen, seqlen_k, n_kb, qk_scale, sm_scale, k_group, v_group,
+                           DKV_PER_QUERY_HEAD, HEAD_DIM, BLOCK_D, DKDV_M, DKDV_N, MAX_SEG_K, CAUSAL, STRICT,
+                           SAME_BUCKET, NOT_SELF, PRECISION, SINGLE_LOOP, DP_FIRST, True)

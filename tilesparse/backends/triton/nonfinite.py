@@ -7,6 +7,20 @@ when a value it stores is not finite; an output without one is exact. Its saniti
 runs next and exits at once unless the flag is set (kernels.py): inputs without a non-finite
 value run the unchanged loops, plus one reduction over each output tile and two launches that
 do nothing, and nothing reads the inputs a second time.
+
+Inside :func:`local_sanitize`, the Triton forward at D <= 64 (``LOCAL_SANITIZE``) launches
+once instead of twice: a program whose own output is not finite computes its block again with
+the sanitizing loops and stores it over the first. That is exact for the same reason (a row
+whose output holds no inf or NaN is exact), and saves a launch a call. Off by default until
+it is timed on the GPU: the kernel then holds the sanitizing loops too, behind a branch no
+finite input takes, which changes its registers (no spill in its tile loops on sm_90 at
+D=64; the dQ kernel, tried the same way, spilled in its tile loops, so it keeps its pair).
+
+Inside :func:`merged_sanitize`, the backward launches its two unchanged variants and then one
+launch of both sanitizing ones (``kernels._attn_bwd_sanitize``: a grid axis picks dQ's programs
+or dK/dV's) where it took two: a launch fewer a backward, at every head dim. The two run side
+by side, so there the dQ programs leave the delta as the unchanged dQ variant stored it. Off
+by default until it is timed on the GPU.
 """
 
 from __future__ import annotations
@@ -14,9 +28,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..switch import switched_on
 from .launch import lean
 
-__all__ = ["launch_pair", "new_flags"]
+__all__ = ["launch_pair", "local_sanitize", "merged_sanitize", "merged_sanitize_on", "new_flags"]
+
+_LOCAL = [False]  # local_sanitize() in force
+_MERGED = [False]  # merged_sanitize() in force
 
 
 def new_flags(device: torch.device) -> tuple[Tensor, Tensor]:
@@ -29,7 +47,27 @@ def new_flags(device: torch.device) -> tuple[Tensor, Tensor]:
     return torch.zeros(2, dtype=torch.int32, device=device).unbind()
 
 
-def launch_pair(kernel, grid, *args, unchanged=None, **kwargs) -> None:
+def local_sanitize():
+    """Inside the block a launch marked ``local`` (the Triton forward at D <= 64) is one launch
+    that sanitizes where a program's own output is not finite (the module docstring): A/B
+    timing and tests."""
+    return switched_on(_LOCAL)
+
+
+def merged_sanitize():
+    """Inside the block a backward's two sanitizing variants are one launch after both
+    unchanged ones (the module docstring): A/B timing and tests."""
+    return switched_on(_MERGED)
+
+
+def merged_sanitize_on() -> bool:
+    """Whether :func:`merged_sanitize` is in force."""
+    return _MERGED[0]
+
+
+def launch_pair(
+    kernel, grid, *args, unchanged=None, local: bool = False, sanitize: bool = True, **kwargs
+) -> None:
     """Launch ``kernel``'s unchanged variant, then its sanitizing one (``SANITIZE=True``) with
     the same arguments, the flag among them: the second computes the outputs again only when
     the first stored a value that is not finite (or, for dK/dV, when the dQ kernel did, in
@@ -37,11 +75,19 @@ def launch_pair(kernel, grid, *args, unchanged=None, **kwargs) -> None:
     of the arguments (their specialization key and addresses).
 
     ``unchanged``: a function of ``(grid, args)`` that stands in for the unchanged variant (a
-    kernel computing the same outputs under the same flag protocol: gluon_dkdv.py)."""
+    kernel computing the same outputs under the same flag protocol: gluon_dkdv.py).
+    ``local``: ``kernel`` takes ``LOCAL_SANITIZE``: inside :func:`local_sanitize`, one launch.
+    ``sanitize=False``: the unchanged variant alone (its sanitizing one runs elsewhere:
+    :func:`merged_sanitize`).
+    """
     launcher = lean(kernel)
+    if local and unchanged is None and _LOCAL[0]:
+        launcher.launch(grid, args, {**kwargs, "LOCAL_SANITIZE": True})
+        return
     keyed = launcher.keyed(args)
     if unchanged is None:
         launcher.launch(grid, args, kwargs, keyed)
     else:
         unchanged(grid, args)
-    launcher.launch(grid, args, {**kwargs, "SANITIZE": True}, keyed)
+    if sanitize:
+        launcher.launch(grid, args, {**kwargs, "SANITIZE": True}, keyed)

@@ -24,7 +24,8 @@ from ...ir import KEY_SENTINEL, HeadGroup, NotSelf, PreparedGroup, SameBucket
 from ..first_order import first_order_only
 from . import kernels
 from .gqa import sum_into_kv_heads
-from .nonfinite import launch_pair, new_flags
+from .launch import lean
+from .nonfinite import launch_pair, merged_sanitize_on, new_flags
 
 __all__ = [
     "BoundAttention",
@@ -263,12 +264,14 @@ def launch_key(g: PreparedGroup, q: Tensor, cfg: TileConfig) -> tuple:
 class Launch:
     """One kernel's launch pair (nonfinite.py) as every call of one signature makes it: the
     grid, the scalars after the strides, the compile-time constants, and the warp-specialized
-    kernel that stands in for the unchanged variant (None: the Triton kernel)."""
+    kernel that stands in for the unchanged variant (None: the Triton kernel); ``local``: the
+    kernel may sanitize in the same launch (nonfinite.local_sanitize)."""
 
-    grid: tuple[int, int]
+    grid: tuple[int, ...]
     scalars: tuple
     constants: dict
     unchanged: Callable | None
+    local: bool = False
 
 
 class Launches:
@@ -304,8 +307,13 @@ class Launches:
             dict(**self.common, BLOCK_M=cfg.block_q, BLOCK_N=cfg.forward_tile(self.flags["SAME_BUCKET"]),
                  MAX_SEG=self.max_seg_q, num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages, **self.flags),
             unchanged,
+            # D <= 64: with its sanitizing loops the forward compiles for sm_90 without a spill in
+            # its tile loops (16-bit at D=64 with the hash and drop flags, fp32 hash, bf16 D=32);
+            # at D=128 they spill
+            local=unchanged is None and D <= 64,
         )  # fmt: skip
         self.backward = self._backward(q, g)
+        self.sanitize = self._sanitize()
 
     def _backward(self, q: Tensor, g: PreparedGroup) -> tuple[Launch, Launch]:
         """The dQ and the dK/dV launches."""
@@ -339,6 +347,22 @@ class Launches:
             unchanged,
         )  # fmt: skip
         return dq, dkdv
+
+    def _sanitize(self) -> Launch:
+        """The launch of the backward's two sanitizing variants as one (``merged_sanitize``):
+        dQ's programs at grid index 0 of the last axis, dK/dV's at 1, each with its own tiles;
+        one warp count for both, the larger, and the fewer pipeline stages."""
+        cfg, flags = self.cfg, self.flags
+        B, H, T, D, Tk, Hg = self.sizes
+        return Launch(
+            (max(self.n_qb, self.n_kb), B * Hg, 2),
+            (Hg, T, Tk, self.n_qb, self.n_kb, self.scale * LOG2E, self.scale, self.k_group, self.v_group),
+            dict(DQ_M=cfg.block_q, DQ_N=cfg.dq_n, MAX_SEG_Q=self.max_seg_q, DKDV_M=cfg.dkdv_m, DKDV_N=cfg.block_k,
+                 MAX_SEG_K=self.max_seg_k, DKV_PER_QUERY_HEAD=not self.direct,
+                 DP_FIRST=dp_first(cfg, flags["SINGLE_LOOP"]), num_warps=max(cfg.dq_warps, cfg.bwd_warps),
+                 num_stages=min(cfg.dq_stages, cfg.bwd_stages), **self.common, **flags),
+            None,
+        )  # fmt: skip
 
 
 class BoundAttention:
@@ -406,7 +430,7 @@ def _launch_fwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: Prep
         kernels._attn_fwd, fwd.grid, q, k, v, o, lse,
         g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *fwd.scalars,
-        unchanged=fwd.unchanged, **fwd.constants,
+        unchanged=fwd.unchanged, local=fwd.local, **fwd.constants,
     )  # fmt: skip
 
 
@@ -442,11 +466,12 @@ class _SparseAttention(torch.autograd.Function):
         nonfinite = ctx.backward_flag
 
         dq = torch.empty_like(q) if launches.full else torch.zeros_like(q)
+        merged = merged_sanitize_on()  # both sanitizing variants in one launch, after the unchanged ones
         launch_pair(
             kernels._attn_bwd_dq, dq_launch.grid, q, k, v, o, do, dq, lse, delta,
             g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
-            *dq_launch.scalars, unchanged=dq_launch.unchanged, **dq_launch.constants,
+            *dq_launch.scalars, unchanged=dq_launch.unchanged, sanitize=not merged, **dq_launch.constants,
         )  # fmt: skip
 
         if launches.direct:
@@ -458,8 +483,16 @@ class _SparseAttention(torch.autograd.Function):
             kernels._attn_bwd_dkdv, dkdv_launch.grid, q, k, v, do, dk, dv, lse, delta,
             g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.k_ranges, g.k_nseg, g.head_map, nonfinite,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
-            *dkdv_launch.scalars, unchanged=dkdv_launch.unchanged, **dkdv_launch.constants,
+            *dkdv_launch.scalars, unchanged=dkdv_launch.unchanged, sanitize=not merged, **dkdv_launch.constants,
         )  # fmt: skip
+        if merged:
+            s = launches.sanitize
+            lean(kernels._attn_bwd_sanitize).launch(s.grid, (
+                q, k, v, o, do, dq, dk, dv, lse, delta, g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket,
+                g.q_ranges, g.q_nseg, g.k_ranges, g.k_nseg, g.head_map, nonfinite,
+                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
+                *dk.stride()[:3], *dv.stride()[:3], *s.scalars,
+            ), s.constants)  # fmt: skip
         if not launches.direct:  # separate tensors: the op's backward may not return outputs that alias each other
             dk, dv = sum_into_kv_heads(dk, dv, g.head_map, H, k, v, in_order=launches.in_order)
         dq, dk, dv = first_order_only("triton", (dq, dk, dv), (q, k, v))

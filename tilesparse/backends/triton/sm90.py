@@ -61,7 +61,7 @@ DROP_CAUSAL = (("CAUSAL", True), ("STRICT", False), ("SAME_BUCKET", False), ("NO
 class Variant:
     """One kernel launch shape: which kernel, dtype, head dim, flags and tile config."""
 
-    kernel: str  # "fwd" | "dq" | "dkdv"
+    kernel: str  # "fwd" | "dq" | "dkdv" | "bwd_sanitize" (both sanitizing variants: nonfinite.merged_sanitize)
     dtype: torch.dtype
     head_dim: int
     flags: tuple[tuple[str, bool], ...]
@@ -69,16 +69,22 @@ class Variant:
     gqa: bool = False
     sanitize: bool = False  # the variant launched when the inputs hold an inf or NaN (nonfinite.py)
     long: bool = False  # a bucket group with long segments (op.long_segments: three loops)
+    local: bool = False  # the forward with its sanitizing loops in the same launch (nonfinite.local_sanitize)
 
     def constexprs(self) -> dict:
         c = dict(HEAD_DIM=self.head_dim, BLOCK_D=_block_d(self.head_dim))
-        c.update(MAX_SEG=16, PRECISION=_precision(self.dtype), **dict(self.flags))
+        c.update(PRECISION=_precision(self.dtype), **dict(self.flags))
         c["SINGLE_LOOP"] = single_loop(self.cfg, c["SAME_BUCKET"], self.long)
-        c["SANITIZE"] = self.sanitize
+        if self.kernel == "bwd_sanitize":
+            return c | dict(DQ_M=self.cfg.block_q, DQ_N=self.cfg.dq_n, MAX_SEG_Q=16, DKDV_M=self.cfg.dkdv_m,
+                            DKDV_N=self.cfg.block_k, MAX_SEG_K=16, DKV_PER_QUERY_HEAD=self.gqa,
+                            DP_FIRST=dp_first(self.cfg, c["SINGLE_LOOP"]))
+        c.update(MAX_SEG=16, SANITIZE=self.sanitize)
         if self.kernel == "fwd":
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.forward_tile(c["SAME_BUCKET"]))
+            c["LOCAL_SANITIZE"] = self.local
         elif self.kernel == "dq":
-            c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.dq_n)
+            c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.dq_n, STORE_DELTA=True)
         else:
             c.update(BLOCK_M=self.cfg.dkdv_m, BLOCK_N=self.cfg.block_k, DKV_PER_QUERY_HEAD=self.gqa,
                      DP_FIRST=dp_first(self.cfg, c["SINGLE_LOOP"]))
@@ -101,11 +107,14 @@ class Variant:
             return self.cfg.fwd_warps, self.cfg.fwd_stages
         if self.kernel == "dq":
             return self.cfg.dq_warps, self.cfg.dq_stages
+        if self.kernel == "bwd_sanitize":  # as op.Launches._sanitize launches it
+            return max(self.cfg.dq_warps, self.cfg.bwd_warps), min(self.cfg.dq_stages, self.cfg.bwd_stages)
         return self.cfg.bwd_warps, self.cfg.bwd_stages
 
     def __str__(self) -> str:
         on = ",".join(k for k, v in self.flags if v) or "-"
         extra = (" gqa" if self.gqa else "") + (" long" if self.long else "") + (" sanitize" if self.sanitize else "")
+        extra += " local" if self.local else ""
         return f"{self.kernel} {_DTYPES[self.dtype]} D={self.head_dim} {on}{extra} {self.cfg}"
 
 
@@ -125,7 +134,7 @@ class Report:
         return self.shared <= SHARED_LIMIT and self.loop_spills == 0 and self.skips_shared_tiles
 
 
-_JIT = {"fwd": "_attn_fwd", "dq": "_attn_bwd_dq", "dkdv": "_attn_bwd_dkdv"}
+_JIT = {"fwd": "_attn_fwd", "dq": "_attn_bwd_dq", "dkdv": "_attn_bwd_dkdv", "bwd_sanitize": "_attn_bwd_sanitize"}
 
 
 def _signature(fn, dtype: str, constexprs: dict) -> dict[str, str]:

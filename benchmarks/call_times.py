@@ -103,6 +103,8 @@ def ab_arms(name: str | None):
     if name in SWITCHES:
         return lambda off: SWITCHES[name]() if off else contextlib.nullcontext()
     return lambda off: contextlib.nullcontext() if off else ENABLES[name]()
+
+
 OFF = "@off"  # suffix of a mode timed with the --ab change turned off
 WANT: set[str] = set()  # --modes
 

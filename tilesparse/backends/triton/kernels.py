@@ -62,21 +62,19 @@ def _tile_keep(q_pos, k_pos, q_bkt, k_bkt, CAUSAL: tl.constexpr, STRICT: tl.cons
 
 
 @triton.jit
-def _flag_nonfinite(x, ok, NONFINITE):
-    """Set the flag at NONFINITE when an element of tile ``x`` under ``ok`` is inf or NaN
-    (every program that finds one stores the same 1; a finite row whose sum overflows sets it
-    too, which only costs the sanitizing variant's work)."""
+def _nonfinite(x, ok):
+    """Whether an element of tile ``x`` under ``ok`` is inf or NaN, one scalar a program (a
+    finite row whose sum overflows counts too, which only costs the sanitizing loops' work)."""
     rows = tl.sum(tl.where(ok, x, 0.0), 1)  # a sum holding an inf or NaN is not finite
-    if tl.max(tl.where(tl.abs(rows) < float("inf"), 0, 1), 0) != 0:
-        tl.store(NONFINITE, 1)
+    return tl.max(tl.where(tl.abs(rows) < float("inf"), 0, 1), 0) != 0
 
 
 @triton.jit
-def _nonfinite(x, ok):
-    """Whether an element of tile ``x`` under ``ok`` is inf or NaN: :func:`_flag_nonfinite`'s
-    test as one scalar a program, for the ``LOCAL_SANITIZE`` branches."""
-    rows = tl.sum(tl.where(ok, x, 0.0), 1)
-    return tl.max(tl.where(tl.abs(rows) < float("inf"), 0, 1), 0) != 0
+def _flag_nonfinite(x, ok, NONFINITE):
+    """Set the flag at NONFINITE when :func:`_nonfinite` (every program that finds one stores
+    the same 1)."""
+    if _nonfinite(x, ok):
+        tl.store(NONFINITE, 1)
 
 
 @triton.jit

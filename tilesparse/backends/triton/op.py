@@ -313,7 +313,6 @@ class Launches:
             local=unchanged is None and D <= 64,
         )  # fmt: skip
         self.backward = self._backward(q, g)
-        self.sanitize = self._sanitize()
 
     def _backward(self, q: Tensor, g: PreparedGroup) -> tuple[Launch, Launch]:
         """The dQ and the dK/dV launches."""
@@ -348,10 +347,12 @@ class Launches:
         )  # fmt: skip
         return dq, dkdv
 
-    def _sanitize(self) -> Launch:
-        """The launch of the backward's two sanitizing variants as one (``merged_sanitize``):
-        dQ's programs at grid index 0 of the last axis, dK/dV's at 1, each with its own tiles;
-        one warp count for both, the larger, and the fewer pipeline stages."""
+    @functools.cached_property
+    def sanitize(self) -> Launch:
+        """The launch of the backward's two sanitizing variants as one (``merged_sanitize``,
+        worked out at its first use): dQ's programs at grid index 0 of the last axis, dK/dV's
+        at 1, each with its own tiles; one warp count for both, the larger, and the fewer
+        pipeline stages."""
         cfg, flags = self.cfg, self.flags
         B, H, T, D, Tk, Hg = self.sizes
         return Launch(

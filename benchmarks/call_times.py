@@ -38,8 +38,9 @@ manager that turns it off; ``index-pool``: index buffers lent per call, ``backen
 ``bound-checks``: given ids' device checks bound once per op and layout, ``patterns/decision_errors.py``;
 ``bound-features``: TopKFeatures' q~ and k~ launches bound once per signature, ``backends/triton/features.py``;
 ``bound-hash``: the ``lsh`` hashing launch bound once per signature, ``backends/triton/hashing.py``;
-and, from :data:`ENABLES`, changes not taken yet: ``local-sanitize``, the Triton forward at
-D <= 64 sanitizing in its own launch; ``merged-sanitize``, the backward's two sanitizing
+``local-sanitize``: the Triton forward at D <= 64 sanitizing in its own launch (on calls of
+at most 4,096 keys: longer ones launch the pair either way); and, from
+:data:`ENABLES`, a change not taken: ``merged-sanitize``, the backward's two sanitizing
 variants in one launch; both ``backends/triton/nonfinite.py``):
 every round times each mode both ways, which goes first alternating by round, the modes with
 the change off suffixed ``@off``: an A/B within one process, where the host's speed is shared.
@@ -75,7 +76,7 @@ from tilesparse.backends.buffers import unpooled  # noqa: E402
 from tilesparse.backends.triton.index import separate_sort  # noqa: E402
 from tilesparse.backends.triton.features import unbound_features  # noqa: E402
 from tilesparse.backends.triton.hashing import unbound_hashing  # noqa: E402
-from tilesparse.backends.triton.nonfinite import local_sanitize, merged_sanitize  # noqa: E402
+from tilesparse.backends.triton.nonfinite import merged_sanitize, sanitize_in_pairs  # noqa: E402
 from tilesparse.decide import unbound_decide  # noqa: E402
 from tilesparse.patterns.decision_errors import unbound_checks  # noqa: E402
 from tilesparse.bench.timing import host_us, sync, synchronized_ms, time_call  # noqa: E402
@@ -90,9 +91,10 @@ BASE = {"fwd_decide_nograd": "fwd", "fwd_bwd_decide": "fwd_bwd", "fwd_checked": 
 # --ab NAME: a change timed on and off in one process, round by round: the context manager
 # that turns it off
 SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort, "bound-decide": unbound_decide,
-            "bound-checks": unbound_checks, "bound-features": unbound_features, "bound-hash": unbound_hashing}
+            "bound-checks": unbound_checks, "bound-features": unbound_features, "bound-hash": unbound_hashing,
+            "local-sanitize": sanitize_in_pairs}
 # --ab NAME for a change not taken yet (off unless asked for): the context manager that turns it on
-ENABLES = {"local-sanitize": local_sanitize, "merged-sanitize": merged_sanitize}
+ENABLES = {"merged-sanitize": merged_sanitize}
 
 
 def ab_arms(name: str | None):

@@ -69,11 +69,11 @@ def test_ab_arms_turn_a_taken_change_off_and_a_new_one_on(monkeypatch):
     from tilesparse.backends import buffers
     from tilesparse.backends.triton import nonfinite
 
-    turned = call_times.ab_arms("local-sanitize")
+    turned = call_times.ab_arms("merged-sanitize")
     with turned(False):
-        assert nonfinite._LOCAL[0]
+        assert nonfinite._MERGED[0]
     with turned(True):
-        assert not nonfinite._LOCAL[0]
+        assert not nonfinite._MERGED[0]
     turned = call_times.ab_arms("index-pool")
     with turned(True):
         assert buffers._OFF[0]

@@ -28,20 +28,21 @@ SPECS = one_of_each_kind(keep=0.7, buckets=4, k=4)
 # device work a call of each pattern takes at most (q with two heads, k and v with one: GQA).
 # Triton: the index build (the sort keys and their scatter in one launch for sides of at most
 # 4,096 rows, as here, then the block pass; one pass where no token is reordered), the attention
-# forward (a launch pair per head group: the kernel and its sanitizing variant), its backward (dQ
-# and dK/dV, a pair each, and the sum of the per-query-head dK and dV into the kv heads) and, for
+# forward (a launch per head group at D <= 64, as here, where it sanitizes in its own launch; a
+# launch pair, the kernel and its sanitizing variant, above), its backward (dQ and dK/dV, a pair
+# each, and the sum of the per-query-head dK and dV into the kv heads) and, for
 # given ids, their check (one launch for both sides). The two passes' non-finite flags are zeroed
 # in the index build's block pass (no fill of their own). torch: for given ids, their check's
 # poison (a copy, and a multiply of the output and of dQ); TopKFeatures' q~ and k~ and their
 # gradients (a launch each, features.py); PerHead's head selections and the gradients' sums over
 # its groups
 MOST = {  # pattern: (forward trusted, forward given, forward+backward given)
-    "dense": (3, 3, 8),
-    "qkdrop": (4, 4, 9),
-    "hash": (4, 7, 13),
-    "topk": (5, 8, 16),
-    "hybrid": (4, 7, 13),
-    "perhead": (9, 12, 31),
+    "dense": (2, 2, 7),
+    "qkdrop": (3, 3, 8),
+    "hash": (3, 6, 12),
+    "topk": (4, 7, 15),
+    "hybrid": (3, 6, 12),
+    "perhead": (7, 10, 29),
 }
 _ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 

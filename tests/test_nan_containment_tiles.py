@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import tilesparse as ts
+from tilesparse.backends.triton.nonfinite import sanitize_in_pairs
 from tilesparse.testing.containment import assert_query_contained
 
 T, J = 96, 40  # key J sits in the diagonal tile of rows 32..63 (32-wide CPU tiles)
@@ -105,7 +106,9 @@ def test_the_flag_stays_clear_on_finite_inputs_and_is_set_by_a_leak():
     """Triton's protocol (backends/triton/nonfinite.py): finite inputs leave both passes' flags
     at 0 (the sanitizing variants exit at once); an inf in v at key J, which the rows before J
     in its diagonal tile do not keep, makes the unchanged forward variant store a NaN there
-    and set the forward flag, and the sanitizing variant's output is contained."""
+    and set the forward flag, and the sanitizing variant's output is contained. The forward at
+    D <= 64 sanitizes in its own launch by default: it sets no flag, and its output is the
+    pair's."""
     spec, dec, mask = _case("causal")
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn((1, 2, T, 32), generator=g) for _ in range(3))
@@ -115,14 +118,18 @@ def test_the_flag_stays_clear_on_finite_inputs_and_is_set_by_a_leak():
         (group,) = attn._last
         return [int(f) for f in group.flags]
 
-    _run(attn, q, k, v, dec)
-    assert flags() == [0, 0]
     bad = v.clone()
     bad[0, 1, J] = float("inf")
-    out = attn(q, k, bad, decisions=dec)
-    assert flags() == [1, 0]  # no backward ran
-    _run(attn, q, k, v, dec)
-    assert flags() == [0, 0]  # the next call's build zeroed its flags again
+    with sanitize_in_pairs():  # every kernel's launch pair, the forward's too
+        _run(attn, q, k, v, dec)
+        assert flags() == [0, 0]
+        out = attn(q, k, bad, decisions=dec)
+        assert flags() == [1, 0]  # no backward ran
+        _run(attn, q, k, v, dec)
+        assert flags() == [0, 0]  # the next call's build zeroed its flags again
     want = ts.compile(spec, causal=True, backend="reference")(q, k, v, decisions=dec)
     torch.testing.assert_close(out[0, 1, :J], want[0, 1, :J], atol=1e-4, rtol=1e-4)
     assert not out[0, 1, J:].isfinite().any()
+    local = attn(q, k, bad, decisions=dec)
+    assert flags() == [0, 0]
+    assert torch.equal(local.isnan(), out.isnan()) and torch.equal(local.nan_to_num(0.0), out.nan_to_num(0.0))

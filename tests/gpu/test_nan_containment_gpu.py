@@ -4,12 +4,14 @@ that keep it, in the Triton kernels (forward, dQ, dK/dV; fp16 and bf16, D 64 and
 sanitizing variants run only then) and, for TopKFeatures, in the CuPy kernels and Triton's; the other rows'
 outputs and gradients equal the reference's on clean inputs, and the rows that keep it are
 not finite. With finite inputs the sanitizing variants exit at once and the result is the one
-the unchanged kernels give, bit for bit. Fewer sanitizing launches (``nonfinite.local_sanitize``:
-the forward at D <= 64 in one launch; ``merged_sanitize``: the backward's two sanitizing variants
-in one) give the launch pairs' results bit for bit.
+the unchanged kernels give, bit for bit. Fewer sanitizing launches (nonfinite.py: the forward at
+D <= 64 in one launch, the default; ``merged_sanitize``: the backward's two sanitizing variants
+in one) give the launch pairs' results (``sanitize_in_pairs``) bit for bit.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
@@ -105,6 +107,7 @@ def test_finite_inputs_take_the_unchanged_kernels(dtype, D, monkeypatch):
     variants alone give (the sanitizing launches exit at once); an inf in v at a key that
     earlier rows of its diagonal tile do not keep sets the forward pass's flag."""
     from tilesparse.backends.triton import op
+    from tilesparse.backends.triton.nonfinite import sanitize_in_pairs
 
     q, k, v, dec = _setup(ts.Hash(buckets=4), dtype, D)
     attn = ts.compile(ts.Hash(buckets=4), backend="triton")
@@ -122,10 +125,11 @@ def test_finite_inputs_take_the_unchanged_kernels(dtype, D, monkeypatch):
     x = v.clone()
     x[0, 1, J] = float("inf")
     dense = ts.compile(ts.Dense(), causal=True, backend="triton")
-    dense(q, k, x)
-    assert _flags(dense) == [1, 0]  # the forward's set; no backward ran
-    dense(q, k, v)
-    assert _flags(dense) == [0, 0]  # the next call's build zeroed them again
+    with sanitize_in_pairs():  # the forward's launch pair at D <= 64 too (by default one launch, no flag)
+        dense(q, k, x)
+        assert _flags(dense) == [1, 0]  # the forward's set; no backward ran
+        dense(q, k, v)
+        assert _flags(dense) == [0, 0]  # the next call's build zeroed them again
 
 
 @pytest.mark.parametrize("backend", ["cupy", "triton"])
@@ -158,11 +162,12 @@ def test_an_unkept_feature_stays_out(backend, value):
                          ids=["finite", "v-inf", "k-nan"])
 def test_fewer_sanitizing_launches_equal_the_launch_pairs(spec, switch, dtype, D, tensor, value):
     """The forward at D=64 in one launch that sanitizes where a program's own output is not
-    finite (``local``), and the backward's two sanitizing variants in one launch after the
-    unchanged ones (``merged``; at D=128 after the warp-specialized dQ and dK/dV kernels):
+    finite (``local``, the default), and with it the backward's two sanitizing variants in one
+    launch after the unchanged ones (``merged``; at D=128 after the warp-specialized dQ and
+    dK/dV kernels):
     output, lse and gradients bit for bit those of the launch pairs they replace (at D=128 with
     an inf or NaN, dK and dV to rounding: see below)."""
-    from tilesparse.backends.triton.nonfinite import local_sanitize, merged_sanitize
+    from tilesparse.backends.triton.nonfinite import merged_sanitize, sanitize_in_pairs
 
     q, k, v, dec = _setup(spec, dtype, D)
     if tensor is not None:
@@ -176,8 +181,9 @@ def test_fewer_sanitizing_launches_equal_the_launch_pairs(spec, switch, dtype, D
         (out.float() * w).square().sum().backward()
         return [out.detach(), lse.detach(), *(t.grad for t in leaves)]
 
-    want = run()
-    with (local_sanitize if switch == "local" else merged_sanitize)():
+    with sanitize_in_pairs():  # every kernel's launch pair
+        want = run()
+    with contextlib.nullcontext() if switch == "local" else merged_sanitize():  # local: the default
         got = run()
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), got, want, strict=True):
         assert torch.equal(a.isnan(), b.isnan()), name

@@ -27,6 +27,7 @@ only where a kernel has a stack frame to spill to.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,13 @@ from compile_cache import compiled  # this folder, on sys.path under pytest
 # that way than in one masked loop without them (kernels alone, sweep_kernels_h200.json round 9).
 # The D=64 "long" rows came with the same rule at D=64 (dP after; 2026-12-02): Hash(16) at T=32k
 # 8% faster in three loops (kernels alone, B=2 H=12, sweep_kernels_h200.json round 10).
+# Rows keyed "local" (2026-12-07) are the forwards at D <= 64 that sanitize in their own launch
+# (nonfinite.py; launched on calls of at most 4,096 keys): their counts hold the sanitizing
+# loops behind the branch that finite inputs do not take. Per loop with 3.6, bf16 D=64: the tile
+# loops have no spill, the segment loop 3-6, the sanitizing loops the rest (32-64 and a few);
+# the long (three-loop) variants count 70 (3.6), 41 (3.7.1) and 142 (3.9.0). That the local
+# forward runs no slower than its pair is measured only at T=4,096 (run 190, synchronized
+# calls within the method's noise).
 SPILL_TABLES = Path(__file__).with_name("loop_spills_sm90.json")
 
 
@@ -200,7 +208,7 @@ def test_spill_tables_keep_the_worst_flag_variant_per_key():
         {**row, "loop_spills": 3},
         {**row, "loop_spills": 5},
         {**row, "head_dim": 128, "loop_spills": 0},
-        {**row, "head_dim": 128, "drop": True, "loop_spills": 2},
+        {**row, "head_dim": 128, "tag": ["drop"], "loop_spills": 2},
         {**row, "sanitize": True, "loop_spills": 7},
         {"variant": "index _sort_keys {}", "kernel": "_sort_keys", "loop_spills": 0},
     ]
@@ -216,22 +224,31 @@ def test_spill_tables_keep_the_worst_flag_variant_per_key():
     ]
 
 
-def test_drop_and_long_variants_have_their_own_table_keys():
+def test_drop_long_and_local_variants_have_their_own_table_keys():
     """QKDrop's flags at D >= 128 (16-bit) are compiled beside the hash flags and held to counts
     of their own, so the hash variants keep theirs; so are the hash variants that long bucket
     segments run in three loops (16-bit D=64 and D=128, the configurations with
-    ``long_segment_rows``; dK/dV with dP first at D=128 only, as ``dp_first`` says there)."""
+    ``long_segment_rows``; dK/dV with dP first at D=128 only, as ``dp_first`` says there), and
+    the forwards at D <= 64 with their sanitizing loops in the same launch (nonfinite.py: for
+    calls of few keys), whose sanitizing loops count with their tile loops: one for each
+    forward at D <= 64."""
+    local = [v for v in VARIANTS if v.local]
+    paired = [v for v in VARIANTS if v.kernel == "fwd" and v.head_dim <= 64 and not v.local and not v.sanitize]
+    assert sorted(map(str, local)) == sorted(str(replace(v, local=True)) for v in paired)
+    assert not [v for v in local if v.sanitize]
+    assert all(v.table_key == (v.kernel, v.dtype, v.head_dim, v.gqa, *(("long",) if v.long else ()), "local")
+               for v in local)
     drop = [v for v in VARIANTS if v.flags == DROP_CAUSAL and v.head_dim >= 128]
     assert {(v.dtype, v.head_dim) for v in drop} == {(t, d) for t in (torch.float16, torch.bfloat16) for d in (128, 256)}
     assert all(v.table_key == (v.kernel, v.dtype, v.head_dim, v.gqa, "drop") for v in drop)
-    long = [v for v in VARIANTS if v.long]
+    long = [v for v in VARIANTS if v.long and not v.local]
     expected = {(t, d, HASH_CAUSAL) for t in (torch.float16, torch.bfloat16) for d in (64, 128)}
     assert {(v.dtype, v.head_dim, v.flags) for v in long} == expected
     assert all(v.table_key == (v.kernel, v.dtype, v.head_dim, v.gqa, "long") for v in long)
     assert all(not v.constexprs()["SINGLE_LOOP"] for v in long)
     dkdv = [v for v in long if v.kernel == "dkdv"]
     assert dkdv and all(v.constexprs()["DP_FIRST"] == (v.head_dim == 128) for v in dkdv)
-    assert all(len(v.table_key) == 4 for v in VARIANTS if v not in drop and v not in long)
+    assert all(len(v.table_key) == 4 for v in VARIANTS if v not in drop and v not in long and v not in local)
 
 
 def test_candidate_variants_apply_the_override_to_each_kernel():

@@ -1,10 +1,11 @@
 """Fewer sanitizing launches (``backends/triton/nonfinite.py``), against the launch pairs they
 replace (each kernel's unchanged variant, then its sanitizing one):
 
-- ``local_sanitize()``: the Triton forward at D <= 64 sanitizes in its own launch
-  (``LOCAL_SANITIZE``: only the programs whose own output is not finite compute again);
-- ``merged_sanitize()``: the backward's two sanitizing variants in one launch
-  (``kernels._attn_bwd_sanitize``), after both unchanged ones.
+- ``local``: the Triton forward at D <= 64 sanitizes in its own launch (``LOCAL_SANITIZE``:
+  only the programs whose own output is not finite compute again), the default on calls of at
+  most ``LOCAL_MAX_KEYS`` keys; ``sanitize_in_pairs()`` brings its pair back;
+- ``merged``: inside ``merged_sanitize()`` the backward's two sanitizing variants run in one
+  launch (``kernels._attn_bwd_sanitize``), after both unchanged ones (off by default).
 
 Each takes a launch fewer and gives bit for bit the pairs' output, lse and gradients, on finite
 inputs and on inputs holding an inf or NaN at a key (or query) some rows of a visited tile keep
@@ -23,9 +24,10 @@ from hypothesis import strategies as st
 from triton.runtime.interpreter import InterpretedFunction
 
 import tilesparse as ts
-from tilesparse.backends.triton.nonfinite import local_sanitize, merged_sanitize
+from tilesparse.backends.triton.nonfinite import merged_sanitize, sanitize_in_pairs
 
-SWITCHES = {"local": (local_sanitize,), "merged": (merged_sanitize,), "both": (local_sanitize, merged_sanitize)}
+# the contexts that give each arm; the launch pairs (every kernel's) are sanitize_in_pairs()'s
+SWITCHES = {"local": (), "merged": (sanitize_in_pairs, merged_sanitize), "both": (merged_sanitize,)}
 
 
 @contextlib.contextmanager
@@ -81,14 +83,32 @@ def test_the_forward_launches_once_where_it_sanitizes_locally(launched, D, local
     q, k, v = (torch.randn(1, 2, 40, D, generator=g) for _ in range(3))
     spec, dec = _case("hash", 40, 2, 1)
     attn = ts.compile(spec, causal=True, backend="triton")
-    pair = attn(q, k, v, decisions=dec)
+    with sanitize_in_pairs():
+        pair = attn(q, k, v, decisions=dec)
     paired = launched.count("_attn_fwd")
     launched.clear()
-    with local_sanitize():
-        out = attn(q, k, v, decisions=dec)
+    out = attn(q, k, v, decisions=dec)
     assert paired == 2
     assert launched.count("_attn_fwd") == (1 if local else 2)
     assert _same(out, pair)
+
+
+@pytest.mark.parametrize("Tk,local", [(40, True), (41, False)])
+def test_calls_of_more_keys_keep_the_forward_pair(launched, monkeypatch, Tk, local):
+    """Past ``LOCAL_MAX_KEYS`` keys (made 40 here; 20 queries) the forward launches its pair:
+    its kernel time there is not measured (nonfinite.py)."""
+    from tilesparse.backends.triton import op
+
+    monkeypatch.setattr(op, "LOCAL_MAX_KEYS", 40)
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 20, 16, generator=g)
+    k, v = (torch.randn(1, 2, Tk, 16, generator=g) for _ in range(2))
+    dec = ts.Decisions(q_keep=torch.rand(1, 2, 20, generator=g) < 0.6, k_keep=torch.rand(1, 2, Tk, generator=g) < 0.6)
+    spec = ts.QKDrop(keep=0.5)
+    out = ts.compile(spec, causal=True, backend="triton")(q, k, v, decisions=dec)
+    assert launched.count("_attn_fwd") == (1 if local else 2)
+    with sanitize_in_pairs():
+        assert _same(out, ts.compile(spec, causal=True, backend="triton")(q, k, v, decisions=dec))
 
 
 def test_the_backward_launches_both_sanitizing_variants_at_once(launched):
@@ -133,7 +153,8 @@ def test_fewer_sanitizing_launches_equal_the_launch_pairs(switch, kind, poison, 
     tensor, value = poison
     bad = {"q": q.clone(), "k": k.clone(), "v": v.clone()}
     bad[tensor][0, bad[tensor].shape[1] - 1, row % T, 3] = value
-    want = _run(spec, bad["q"], bad["k"], bad["v"], dec)
+    with sanitize_in_pairs():
+        want = _run(spec, bad["q"], bad["k"], bad["v"], dec)
     with switched(switch):
         got = _run(spec, bad["q"], bad["k"], bad["v"], dec)
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), got, want, strict=True):
@@ -146,7 +167,8 @@ def test_fewer_sanitizing_launches_equal_the_launch_pairs_on_finite_inputs(switc
     q, k, v = (torch.randn(1, 2, 70, 64, generator=g) for _ in range(3))
     for kind in ("dense", "hash", "drop"):
         spec, dec = _case(kind, 70, 2, 5)
-        want = _run(spec, q, k, v, dec)
+        with sanitize_in_pairs():
+            want = _run(spec, q, k, v, dec)
         with switched(switch):
             got = _run(spec, q, k, v, dec)
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), kind

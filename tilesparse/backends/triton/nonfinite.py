@@ -5,22 +5,31 @@ it visits, and 0 * inf is NaN: an inf or NaN at a key can reach rows that do not
 only as a NaN in their outputs. So each kernel's unchanged variant runs first and sets the flag
 when a value it stores is not finite; an output without one is exact. Its sanitizing variant
 runs next and exits at once unless the flag is set (kernels.py): inputs without a non-finite
-value run the unchanged loops, plus one reduction over each output tile and two launches that
-do nothing, and nothing reads the inputs a second time.
+value run the unchanged loops, plus one reduction over each output tile and launches that do
+nothing, and nothing reads the inputs a second time.
 
-Inside :func:`local_sanitize`, the Triton forward at D <= 64 (``LOCAL_SANITIZE``) launches
-once instead of twice: a program whose own output is not finite computes its block again with
-the sanitizing loops and stores it over the first. That is exact for the same reason (a row
-whose output holds no inf or NaN is exact), and saves a launch a call. Off by default until
-it is timed on the GPU: the kernel then holds the sanitizing loops too, behind a branch no
-finite input takes, which changes its registers (no spill in its tile loops on sm_90 at
-D=64; the dQ kernel, tried the same way, spilled in its tile loops, so it keeps its pair).
+The Triton forward at D <= 64 on at most :data:`LOCAL_MAX_KEYS` keys
+(``LOCAL_SANITIZE``) launches once instead of twice: a program whose own output is not finite
+computes its block again with the sanitizing loops and stores it over the first. That is
+exact for the same reason (a row whose output holds no inf or NaN is exact), and saves a
+launch a call: 9-14 µs of host time a call at B=1, H=16, D=64, T=4,096, the synchronized call
+-1 to +3 µs, within the method's noise (run 190, call by call). The kernel holds the
+sanitizing loops too, behind a branch no finite input takes, which changes its code: on sm_90
+its tile loops do not spill, but some are longer (a hash forward's inner loop 1,010 -> 1,194
+instructions with Triton 3.6) and the segment loop spills a few registers. Where the kernels
+take longer than the host (longer sequences) that could cost more than the launch saves, and
+it is not measured there: so longer calls keep the pair. The dQ kernel, tried the same
+way, spilled in its tile loops and keeps its pair, as do the forwards at D >= 128 (their tile
+loops spilled too). :func:`sanitize_in_pairs` brings the forward's pair back everywhere (A/B
+timing and tests).
 
 Inside :func:`merged_sanitize`, the backward launches its two unchanged variants and then one
 launch of both sanitizing ones (``kernels._attn_bwd_sanitize``: a grid axis picks dQ's programs
 or dK/dV's) where it took two: a launch fewer a backward, at every head dim. The two run side
 by side, so there the dQ programs leave the delta as the unchanged dQ variant stored it. Off
-by default until it is timed on the GPU.
+by default: timed call by call (run 190), it took 7-18 µs *more* host time a forward+backward
+than the pairs (its launch reads its 45 arguments afresh, where a pair's two launches share one
+reading) and 1-4 µs less synchronized.
 """
 
 from __future__ import annotations
@@ -31,9 +40,13 @@ from torch import Tensor
 from ..switch import switched_on
 from .launch import lean
 
-__all__ = ["launch_pair", "local_sanitize", "merged_sanitize", "merged_sanitize_on", "new_flags"]
+__all__ = ["LOCAL_MAX_KEYS", "launch_pair", "merged_sanitize", "merged_sanitize_on", "new_flags", "sanitize_in_pairs"]
 
-_LOCAL = [False]  # local_sanitize() in force
+# the most keys (and so queries: Tq <= Tk) on which the forward at D <= 64 sanitizes in its own
+# launch: the length it was timed at (run 190), where the host, not the kernels, sets a call's time
+LOCAL_MAX_KEYS = 4096
+
+_PAIRED = [False]  # sanitize_in_pairs() in force
 _MERGED = [False]  # merged_sanitize() in force
 
 
@@ -47,11 +60,11 @@ def new_flags(device: torch.device) -> tuple[Tensor, Tensor]:
     return torch.zeros(2, dtype=torch.int32, device=device).unbind()
 
 
-def local_sanitize():
-    """Inside the block a launch marked ``local`` (the Triton forward at D <= 64) is one launch
-    that sanitizes where a program's own output is not finite (the module docstring): A/B
-    timing and tests."""
-    return switched_on(_LOCAL)
+def sanitize_in_pairs():
+    """Inside the block a launch marked ``local`` (the Triton forward at D <= 64 on at most
+    :data:`LOCAL_MAX_KEYS` keys) is a launch pair again, its unchanged variant then its
+    sanitizing one, as every other kernel's (the module docstring): A/B timing and tests."""
+    return switched_on(_PAIRED)
 
 
 def merged_sanitize():
@@ -76,12 +89,12 @@ def launch_pair(
 
     ``unchanged``: a function of ``(grid, args)`` that stands in for the unchanged variant (a
     kernel computing the same outputs under the same flag protocol: gluon_dkdv.py).
-    ``local``: ``kernel`` takes ``LOCAL_SANITIZE``: inside :func:`local_sanitize`, one launch.
+    ``local``: ``kernel`` takes ``LOCAL_SANITIZE``: one launch (a pair inside :func:`sanitize_in_pairs`).
     ``sanitize=False``: the unchanged variant alone (its sanitizing one runs elsewhere:
     :func:`merged_sanitize`).
     """
     launcher = lean(kernel)
-    if local and unchanged is None and _LOCAL[0]:
+    if local and unchanged is None and not _PAIRED[0]:
         launcher.launch(grid, args, {**kwargs, "LOCAL_SANITIZE": True})
         return
     keyed = launcher.keyed(args)

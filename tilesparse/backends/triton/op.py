@@ -25,7 +25,7 @@ from ..first_order import first_order_only
 from . import kernels
 from .gqa import sum_into_kv_heads
 from .launch import lean
-from .nonfinite import launch_pair, merged_sanitize_on, new_flags
+from .nonfinite import LOCAL_MAX_KEYS, launch_pair, merged_sanitize_on, new_flags
 
 __all__ = [
     "BoundAttention",
@@ -265,7 +265,7 @@ class Launch:
     """One kernel's launch pair (nonfinite.py) as every call of one signature makes it: the
     grid, the scalars after the strides, the compile-time constants, and the warp-specialized
     kernel that stands in for the unchanged variant (None: the Triton kernel); ``local``: the
-    kernel may sanitize in the same launch (nonfinite.local_sanitize)."""
+    kernel sanitizes in the same launch (nonfinite.py: the forward at D <= 64 on short calls)."""
 
     grid: tuple[int, ...]
     scalars: tuple
@@ -309,8 +309,8 @@ class Launches:
             unchanged,
             # D <= 64: with its sanitizing loops the forward compiles for sm_90 without a spill in
             # its tile loops (16-bit at D=64 with the hash and drop flags, fp32 hash, bf16 D=32);
-            # at D=128 they spill
-            local=unchanged is None and D <= 64,
+            # at D=128 they spill. Up to 4,096 keys (and so queries) only: where it was timed (nonfinite.py)
+            local=unchanged is None and D <= 64 and Tk <= LOCAL_MAX_KEYS,
         )  # fmt: skip
         self.backward = self._backward(q, g)
 

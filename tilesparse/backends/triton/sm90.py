@@ -69,7 +69,7 @@ class Variant:
     gqa: bool = False
     sanitize: bool = False  # the variant launched when the inputs hold an inf or NaN (nonfinite.py)
     long: bool = False  # a bucket group with long segments (op.long_segments: three loops)
-    local: bool = False  # the forward with its sanitizing loops in the same launch (nonfinite.local_sanitize)
+    local: bool = False  # the forward with its sanitizing loops in the same launch (nonfinite.LOCAL_MAX_KEYS)
 
     def constexprs(self) -> dict:
         c = dict(HEAD_DIM=self.head_dim, BLOCK_D=_block_d(self.head_dim))
@@ -98,8 +98,11 @@ class Variant:
 
     @property
     def table_key(self) -> tuple:
-        """The compile test's spill-table key: (kernel, dtype, head dim, gqa), and "drop" or "long"."""
+        """The compile test's spill-table key: (kernel, dtype, head dim, gqa), and "drop" or
+        "long", then "local" (the forward's sanitizing loops in its own launch count with its
+        tile loops)."""
         tag = ("drop",) if self.drop else ("long",) if self.long else ()
+        tag += ("local",) if self.local else ()
         return (self.kernel, self.dtype, self.head_dim, self.gqa) + tag
 
     def launch(self) -> tuple[int, int]:
@@ -243,9 +246,11 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
     each kernel for each flag combination the IR can produce (bf16, D=64), and each kernel
     for every (dtype, head dim) with the hash-causal flags (16-bit at D >= 128: the
     drop-causal ones too, QKDrop's timed path; where a configuration runs long bucket segments
-    in three loops, the hash-causal ones that way too, ``long``); then the sanitizing variant
-    (``sanitize``, launched only for inputs holding an inf or NaN) of each bf16 one at D >= 64
-    with the hash- or drop-causal flags. The sanitizing variants left out differ from those in
+    in three loops, the hash-causal ones that way too, ``long``); each forward at D <= 64 also
+    with its sanitizing loops in the same launch (``local``: how it is launched for at most
+    ``nonfinite.LOCAL_MAX_KEYS`` keys); then the sanitizing variant (``sanitize``,
+    launched only for inputs holding an inf or NaN) of each bf16 one at D >= 64 with the hash-
+    or drop-causal flags but the local forwards, which hold theirs. The sanitizing variants left out differ from those in
     what the unchanged variants compile: fp16's from bf16's in the products' type, the other
     flag combinations in the predicates, D=16 in the tile shapes, fp32 in the precision. They
     made up 69 of the 97 sanitizing variants and about a third of CI's compile time."""
@@ -271,8 +276,9 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
             out += _kernels(dtype, d, flag_sets, cfg)
             if cfg.single_loop == 1 and cfg.long_segment_rows:  # long bucket segments run three loops
                 out += [replace(v, long=True) for v in _kernels(dtype, d, (HASH_CAUSAL,), cfg)]
-    out += [replace(v, sanitize=True) for v in out
-            if v.dtype == torch.bfloat16 and v.head_dim >= 64 and v.flags in (HASH_CAUSAL, DROP_CAUSAL)]
+    out += [replace(v, local=True) for v in out if v.kernel == "fwd" and v.head_dim <= 64]
+    out += [replace(v, sanitize=True) for v in out  # a local forward holds its sanitizing loops itself
+            if v.dtype == torch.bfloat16 and v.head_dim >= 64 and v.flags in (HASH_CAUSAL, DROP_CAUSAL) and not v.local]
     return list(dict.fromkeys(out))
 
 
@@ -491,15 +497,16 @@ def compile_index_kernel(name: str, constexprs: dict):
 def spill_tables(rows: list[dict]) -> str:
     """The variants that spill inside their loops, as one release's entry of
     tests/backends/triton/loop_spills_sm90.json: rows [kernel, dtype, head dim, gqa, count]
-    (a drop pattern's: [..., gqa, "drop", count]), the count the most in-loop spills over the
-    key's flag variants, for the unchanged then the sanitizing variants."""
+    (with :attr:`Variant.table_key`'s tag, a drop pattern's, long segments' or a local
+    forward's: [..., gqa, "drop", count]), the count the most in-loop spills over the key's
+    flag variants, for the unchanged then the sanitizing variants."""
     out = []
     for sanitize in (False, True):
         most: dict[tuple, int] = {}
         for r in rows:
             if "head_dim" in r and r["sanitize"] == sanitize and r["loop_spills"] > 0:
                 key = (r["kernel"], r["dtype"].removeprefix("torch."), r["head_dim"], r["gqa"])
-                key += ("drop",) if r.get("drop") else ()
+                key += tuple(r.get("tag", ()))
                 most[key] = max(most.get(key, 0), r["loop_spills"])
         out.append('"sanitizing": [' if sanitize else '"unchanged": [')
         out.append(",\n".join(f"  {json.dumps([*key, n])}" for key, n in most.items()))
@@ -531,7 +538,7 @@ def _compile_row(work: tuple) -> dict:
         return {"variant": name, "kernel": item[0], **report(compile_index_kernel(*item)).__dict__}
     v = item
     return dict(variant=name, kernel=v.kernel, dtype=str(v.dtype), head_dim=v.head_dim, gqa=v.gqa,
-                sanitize=v.sanitize, drop=v.drop, **report(compile_variant(v)).__dict__)  # fmt: skip
+                sanitize=v.sanitize, drop=v.drop, tag=v.table_key[4:], **report(compile_variant(v)).__dict__)  # fmt: skip
 
 
 @contextlib.contextmanager

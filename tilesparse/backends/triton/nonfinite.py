@@ -89,12 +89,13 @@ def launch_pair(
 
     ``unchanged``: a function of ``(grid, args)`` that stands in for the unchanged variant (a
     kernel computing the same outputs under the same flag protocol: gluon_dkdv.py).
-    ``local``: ``kernel`` takes ``LOCAL_SANITIZE``: one launch (a pair inside :func:`sanitize_in_pairs`).
+    ``local``: ``kernel`` itself takes ``LOCAL_SANITIZE`` (no ``unchanged`` then): one launch, a
+    pair inside :func:`sanitize_in_pairs`.
     ``sanitize=False``: the unchanged variant alone (its sanitizing one runs elsewhere:
     :func:`merged_sanitize`).
     """
     launcher = lean(kernel)
-    if local and unchanged is None and not _PAIRED[0]:
+    if local and not _PAIRED[0]:
         launcher.launch(grid, args, {**kwargs, "LOCAL_SANITIZE": True})
         return
     keyed = launcher.keyed(args)

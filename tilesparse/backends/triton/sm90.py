@@ -110,7 +110,7 @@ class Variant:
             return self.cfg.fwd_warps, self.cfg.fwd_stages
         if self.kernel == "dq":
             return self.cfg.dq_warps, self.cfg.dq_stages
-        if self.kernel == "bwd_sanitize":  # as op.Launches._sanitize launches it
+        if self.kernel == "bwd_sanitize":  # as op.Launches.sanitize launches it
             return max(self.cfg.dq_warps, self.cfg.bwd_warps), min(self.cfg.dq_stages, self.cfg.bwd_stages)
         return self.cfg.bwd_warps, self.cfg.bwd_stages
 
@@ -248,12 +248,13 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
     drop-causal ones too, QKDrop's timed path; where a configuration runs long bucket segments
     in three loops, the hash-causal ones that way too, ``long``); each forward at D <= 64 also
     with its sanitizing loops in the same launch (``local``: how it is launched for at most
-    ``nonfinite.LOCAL_MAX_KEYS`` keys); then the sanitizing variant (``sanitize``,
-    launched only for inputs holding an inf or NaN) of each bf16 one at D >= 64 with the hash-
-    or drop-causal flags but the local forwards, which hold theirs. The sanitizing variants left out differ from those in
-    what the unchanged variants compile: fp16's from bf16's in the products' type, the other
-    flag combinations in the predicates, D=16 in the tile shapes, fp32 in the precision. They
-    made up 69 of the 97 sanitizing variants and about a third of CI's compile time."""
+    ``nonfinite.LOCAL_MAX_KEYS`` keys); then the sanitizing variant (``sanitize``, launched
+    only for inputs holding an inf or NaN) of each bf16 one at D >= 64 with the hash- or
+    drop-causal flags but the local forwards, which hold theirs. The sanitizing variants left
+    out differ from those in what the unchanged variants compile: fp16's from bf16's in the
+    products' type, the other flag combinations in the predicates, D=16 in the tile shapes,
+    fp32 in the precision. They made up 69 of the 97 sanitizing variants and about a third of
+    CI's compile time."""
     cuda = torch.device("cuda")
     combos = [
         dict(CAUSAL=c, STRICT=s, SAME_BUCKET=b, NOT_SELF=n)
@@ -538,7 +539,7 @@ def _compile_row(work: tuple) -> dict:
         return {"variant": name, "kernel": item[0], **report(compile_index_kernel(*item)).__dict__}
     v = item
     return dict(variant=name, kernel=v.kernel, dtype=str(v.dtype), head_dim=v.head_dim, gqa=v.gqa,
-                sanitize=v.sanitize, drop=v.drop, tag=v.table_key[4:], **report(compile_variant(v)).__dict__)  # fmt: skip
+                sanitize=v.sanitize, tag=v.table_key[4:], **report(compile_variant(v)).__dict__)  # fmt: skip
 
 
 @contextlib.contextmanager

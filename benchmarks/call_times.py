@@ -5,8 +5,9 @@ decisions given (trusted, from ``attn.decide``) the forward (``fwd``, inputs nee
 and the forward+backward (``fwd_bwd``, ``torch.autograd.grad`` with a fixed output gradient);
 with decisions made in the call, the forward under ``torch.no_grad()`` (``fwd_decide_nograd``)
 and the forward+backward (``fwd_bwd_decide``, a training step's call); and the forward with the
-same decisions given as a user's own tensors (``fwd_checked``: clones, not trusted, so their ids
-are checked on the device every call). Each in microseconds per call:
+same decisions given as a user's own tensors (``fwd_checked``, and ``fwd_bwd_checked`` with the
+backward: clones, not trusted, so their ids are checked on the device every call). Each in
+microseconds per call:
 
 - ``host``: the median of ``--calls`` calls, each started on an idle device (a synchronize
   before it, not timed): the host time to enqueue one call;
@@ -39,7 +40,8 @@ manager that turns it off; ``index-pool``: index buffers lent per call, ``backen
 ``bound-features``: TopKFeatures' q~ and k~ launches bound once per signature, ``backends/triton/features.py``;
 ``bound-hash``: the ``lsh`` hashing launch bound once per signature, ``backends/triton/hashing.py``;
 ``local-sanitize``: the Triton forward at D <= 64 sanitizing in its own launch (on calls of
-at most 4,096 keys: longer ones launch the pair either way); and, from
+at most 4,096 keys: longer ones launch the pair either way); ``folded-poison``: given ids'
+poison folded into the Triton forward's stored output and lse, ``tilesparse/execute.py``; and, from
 :data:`ENABLES`, a change not taken: ``merged-sanitize``, the backward's two sanitizing
 variants in one launch; both ``backends/triton/nonfinite.py``):
 every round times each mode both ways, which goes first alternating by round, the modes with
@@ -78,6 +80,7 @@ from tilesparse.backends.triton.features import unbound_features  # noqa: E402
 from tilesparse.backends.triton.hashing import unbound_hashing  # noqa: E402
 from tilesparse.backends.triton.nonfinite import merged_sanitize, sanitize_in_pairs  # noqa: E402
 from tilesparse.decide import unbound_decide  # noqa: E402
+from tilesparse.execute import unfolded_poison  # noqa: E402
 from tilesparse.patterns.decision_errors import unbound_checks  # noqa: E402
 from tilesparse.bench.timing import host_us, sync, synchronized_ms, time_call  # noqa: E402
 
@@ -86,13 +89,13 @@ DEVICE = torch.device("cuda")
 SDPA = {"cuda": (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)),
         "cpu": (("math", SDPBackend.MATH),)}
 GOAL_US = {"fwd": 150.0, "fwd_bwd": 300.0}
-MODES = ("fwd", "fwd_bwd", "fwd_decide_nograd", "fwd_bwd_decide", "fwd_checked")
-BASE = {"fwd_decide_nograd": "fwd", "fwd_bwd_decide": "fwd_bwd", "fwd_checked": "fwd"}  # the goal a mode is held to
+MODES = ("fwd", "fwd_bwd", "fwd_decide_nograd", "fwd_bwd_decide", "fwd_checked", "fwd_bwd_checked")
+BASE = {"fwd_decide_nograd": "fwd", "fwd_bwd_decide": "fwd_bwd", "fwd_checked": "fwd", "fwd_bwd_checked": "fwd_bwd"}  # the goal a mode is held to
 # --ab NAME: a change timed on and off in one process, round by round: the context manager
 # that turns it off
 SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort, "bound-decide": unbound_decide,
             "bound-checks": unbound_checks, "bound-features": unbound_features, "bound-hash": unbound_hashing,
-            "local-sanitize": sanitize_in_pairs}
+            "local-sanitize": sanitize_in_pairs, "folded-poison": unfolded_poison}
 # --ab NAME for a change not taken yet (off unless asked for): the context manager that turns it on
 ENABLES = {"merged-sanitize": merged_sanitize}
 
@@ -145,6 +148,8 @@ def calls_of(shape: str, names: list[str]) -> dict[str, dict]:
             "fwd_decide_nograd": made,
             "fwd_bwd_decide": lambda attn=attn: torch.autograd.grad(attn(q, k, v), (q, k, v), go),
             "fwd_checked": lambda attn=attn, given=given: attn(q, k, v, decisions=given),
+            "fwd_bwd_checked": lambda attn=attn, given=given: torch.autograd.grad(attn(q, k, v, decisions=given),
+                                                                                  (q, k, v), go),
         }
         rows[f"{label}/{name}"] = {m: f for m, f in rows[f"{label}/{name}"].items() if m in WANT}
     for sdpa_label, backend in SDPA[dev.type]:

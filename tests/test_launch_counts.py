@@ -32,16 +32,18 @@ SPECS = one_of_each_kind(keep=0.7, buckets=4, k=4)
 # launch pair, the kernel and its sanitizing variant, above), its backward (dQ and dK/dV, a pair
 # each, and the sum of the per-query-head dK and dV into the kv heads) and, for
 # given ids, their check (one launch for both sides). The two passes' non-finite flags are zeroed
-# in the index build's block pass (no fill of their own). torch: for given ids, their check's
-# poison (a copy, and a multiply of the output and of dQ); TopKFeatures' q~ and k~ and their
+# in the index build's block pass (no fill of their own). torch: for given ids, the copy of their
+# check's record to the host (the poison itself is folded into the forward's stored output and
+# lse where the plan is one Triton group; PerHead's two groups still multiply the output and its
+# gradient by it); TopKFeatures' q~ and k~ and their
 # gradients (a launch each, features.py); PerHead's head selections and the gradients' sums over
 # its groups
 MOST = {  # pattern: (forward trusted, forward given, forward+backward given)
     "dense": (2, 2, 7),
     "qkdrop": (3, 3, 8),
-    "hash": (3, 6, 12),
-    "topk": (4, 7, 15),
-    "hybrid": (3, 6, 12),
+    "hash": (3, 5, 10),
+    "topk": (4, 6, 13),
+    "hybrid": (3, 5, 10),
     "perhead": (7, 10, 29),
 }
 _ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})

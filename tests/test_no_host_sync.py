@@ -184,6 +184,46 @@ def test_a_bad_bucket_id_gives_nan_then_a_clear_error(backend, device_checks):
     torch.testing.assert_close(attn(q, k, v, decisions=dec), attn.reference(q, k, v, decisions=dec))  # reported once
 
 
+@pytest.mark.parametrize("paired", [False, True], ids=["forward_in_one_launch", "forward_pair"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", ["hash", "hybrid", "topk"])
+def test_the_folded_poison_reaches_what_the_product_did(name, causal, paired, device_checks):
+    """The Triton forward folds a bad call's poison into its stored output and lse (no product
+    of its own, tests/test_launch_counts.py): the output and every gradient are NaN exactly
+    where ``unfolded_poison()``'s product of the output with the poison puts NaN, and equal
+    elsewhere; GQA, a length that is no block multiple, an inf in v, and through the forward's
+    launch pair."""
+    from tilesparse.backends.triton.nonfinite import sanitize_in_pairs
+    from tilesparse.execute import unfolded_poison
+
+    attn = ts.compile(SPECS[name], causal=causal, backend="triton")
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 4, 45, 16, generator=g)
+    k, v = (torch.randn(1, 2, 45, 16, generator=g) for _ in range(2))
+    v[0, 1, 30, 2] = float("inf")
+    bad = {n: t.clone() for n, t in attn.decide(q, k).items() if t is not None}
+    field = "k_support" if name == "topk" else "k_bucket"
+    bad[field][0, 3, 7] = 1000  # clamped for the build
+    grad_out = torch.randn(1, 4, 45, 16, generator=g)
+
+    def run(switch):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        with switch(), sanitize_in_pairs() if paired else contextlib.nullcontext():
+            out = attn(*leaves, decisions=ts.Decisions(**{n: t.clone() for n, t in bad.items()}))
+            got = [out.detach(), *torch.autograd.grad(out, leaves, grad_out)]
+        # the op's own node, or the product's: the two arms differ
+        assert type(out.grad_fn).__name__ == ("MulBackward0" if switch is unfolded_poison else "_SparseAttentionBackward")
+        with pytest.raises(ValueError, match=rf"decisions\.{field} values must lie in \[0, \d+\)"):
+            ts.check_errors()
+        return got
+
+    folded, product = run(contextlib.nullcontext), run(unfolded_poison)
+    assert folded[0].isnan().all()
+    for got, want, what in zip(folded, product, ("out", "dq", "dk", "dv"), strict=True):
+        assert torch.equal(got.isnan(), want.isnan()), what
+        assert torch.equal(got.nan_to_num(), want.nan_to_num()), what
+
+
 def test_check_errors_reports_and_forgets(device_checks):
     attn = ts.compile(ts.TopKFeatures(k=4), backend="reference")
     q, k, v = _inputs()

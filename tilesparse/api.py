@@ -432,10 +432,10 @@ class CompiledAttention:
         inputs, plan = self._checked(q, k, v, decides=decisions is None)
         self._poll_errors(inputs.device)
         poison: list = []  # NaN where the call's ids, checked on the device, are out of range
-        ex = execute(plan, inputs, self._decide_step(inputs, decisions, generator, poison))
+        ex = execute(plan, inputs, self._decide_step(inputs, decisions, generator, poison), poison=poison)
         if keep_last and not (inputs.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             self._last = tuple(g for g in ex.prepared if g is not None)
-        return poisoned(ex.out, poison[0] if poison else None)
+        return poisoned(ex.out, poison[0] if poison and not ex.folded else None)
 
     def _traced(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, call: SdpaCall) -> Tensor:
         """The call as custom ops, for dynamo: decisions (made by the decide op unless given),

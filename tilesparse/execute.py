@@ -18,12 +18,14 @@ call on, and its later calls run them: the plan's steps in the plan's order.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from torch import Tensor
 
 from .backends import IndexBuilder
+from .backends.switch import switched_on
 from .decide import DeferredHash
 from .ir import AttentionInputs, PreparedGroup
 from .ir.prepare import head_index
@@ -31,20 +33,25 @@ from .patterns import Decisions
 from .planner import Plan, Step
 from .planner.plan import STEP_KINDS
 
-__all__ = ["Execution", "bound_steps", "execute", "keep_from_second_call", "with_dense_heads"]
+__all__ = ["Execution", "bound_steps", "execute", "keep_from_second_call", "unfolded_poison", "with_dense_heads"]
 
 
 @dataclass
 class Execution:
     """What the steps produced: the decisions (and their ``lsh`` buckets while a fused build
     has yet to hash them), each group's index tensors (None for a group that reads none), each
-    group's output, and the call's output."""
+    group's output, and the call's output. ``poison``: where the decide step puts the call's
+    poison (given ids checked on the device: decision_errors); ``folded``: whether the attend
+    step folded it into the call's output (a plan of one group whose backend folds it:
+    ``Backend.FOLDS_POISON``), else the caller multiplies the output by it."""
 
     decisions: Decisions | None = None
     deferred: DeferredHash | None = None
     prepared: list[PreparedGroup | None] = field(default_factory=list)
     outputs: list[Tensor | None] = field(default_factory=list)
     out: Tensor | None = None
+    poison: list[Tensor] = field(default_factory=list)
+    folded: bool = False
 
 
 # the decide step's work: given the builder whose build may hash the lsh buckets (or None) and
@@ -55,14 +62,24 @@ Decide = Callable[[IndexBuilder | None, dict], tuple[Decisions, DeferredHash | N
 BoundStep = Callable[[AttentionInputs, Execution, Decide], None]
 
 _BOUND_SIGNATURES = 32  # signatures kept per plan (sizes that change every call rebind every call)
+_UNFOLDED = [False]  # unfolded_poison() in force
 
 
-def execute(plan: Plan, inputs: AttentionInputs, decide: Decide, *, until: str | None = None) -> Execution:
+def unfolded_poison() -> contextlib.AbstractContextManager[None]:
+    """Inside the block no attend step folds the call's poison into its output: the call
+    multiplies the output by it, as before ``Backend.FOLDS_POISON`` (to A/B time the two)."""
+    return switched_on(_UNFOLDED)
+
+
+def execute(
+    plan: Plan, inputs: AttentionInputs, decide: Decide, *, until: str | None = None, poison: list | None = None
+) -> Execution:
     """Run ``plan.steps`` on ``inputs``, bound to their signature (:func:`bound_steps`);
     ``decide`` makes or checks the decisions. ``until``: run only the steps up to that kind
-    (``"index"``: the decisions and the index tensors, for ``prepare``)."""
+    (``"index"``: the decisions and the index tensors, for ``prepare``). ``poison``: the list
+    ``decide`` puts the call's poison in (:class:`Execution`)."""
     n = len(plan.assignments)
-    ex = Execution(prepared=[None] * n, outputs=[None] * n)
+    ex = Execution(prepared=[None] * n, outputs=[None] * n, poison=[] if poison is None else poison)
     last = None if until is None else list(STEP_KINDS).index(until)
     for order, run in bound_steps(plan, inputs):
         if last is None or order <= last:
@@ -134,10 +151,14 @@ def _bind_attend(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
     a = plan.assignments[i]
     attend = a.backend.bind(a.group, a.heads, inputs)
     whole = len(plan.assignments) == 1 and a.heads == tuple(range(inputs.heads))  # its output is the call's
+    fold = whole and a.backend.FOLDS_POISON
 
     def run(inputs, ex: Execution, decide: Decide) -> None:
         g = ex.prepared[i]
-        if g is not None:
+        if g is not None and fold and ex.poison and not _UNFOLDED[0]:
+            out = attend(g, inputs, poison=ex.poison[0])
+            ex.folded = True
+        elif g is not None:
             out = attend(g, inputs)
         else:
             out = a.backend.attend_heads(a.group, a.heads, inputs, decisions=ex.decisions)

@@ -53,3 +53,34 @@ def test_bound_checks_match_the_per_call_path_and_catch_a_bad_id(name):
     assert out.isnan().all(), name
     with pytest.raises(ValueError, match=f"decisions.{field}"):
         ts.check_errors()
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 2, 64, 1000), (1, 8, 2, 64, 5000), (1, 8, 2, 128, 1000)],
+                         ids=["D64_one_launch", "D64_pair", "D128_warp_specialized"])
+@pytest.mark.parametrize("name", ["hash", "hybrid", "topk"])
+def test_the_folded_poison_gives_what_the_product_gave(name, shape):
+    """A bad id's poison folded into the forward's stored output and lse (the Triton forward at
+    D=64, in one launch and as a pair; after the warp-specialized forward at D=128, two
+    products) against ``unfolded_poison()``, the call multiplying its output by it: the same
+    NaNs in the output and every gradient, and the same finite values, bit for bit."""
+    from tilesparse.execute import unfolded_poison
+
+    attn = ts.compile(SPECS[name], causal=True, backend="triton")
+    ts.check_errors()
+    q, k, v = cuda_inputs(shape, grad=True)
+    bad = dict(_given(attn.decide(q, k)).items())
+    field = "k_support" if name == "topk" else "k_bucket"
+    bad[field].view(-1)[7] = 300
+    go = torch.randn_like(q)
+    got = {}
+    for label, switch in (("folded", contextlib.nullcontext), ("product", unfolded_poison)):
+        with switch():
+            out = attn(q, k, v, decisions=ts.Decisions(**{n: t.clone() for n, t in bad.items()}))
+            got[label] = (out, *torch.autograd.grad(out, (q, k, v), go))
+        assert type(out.grad_fn).__name__ == ("MulBackward0" if label == "product" else "_SparseAttentionBackward")
+        with pytest.raises(ValueError, match=f"decisions.{field}"):
+            ts.check_errors()
+    assert got["folded"][0].isnan().all(), name
+    for a, b, what in zip(got["folded"], got["product"], ("out", "dq", "dk", "dv"), strict=True):
+        assert torch.equal(a.isnan(), b.isnan()), (name, what)
+        assert torch.equal(a.nan_to_num(), b.nan_to_num()), (name, what)

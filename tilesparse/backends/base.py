@@ -46,6 +46,11 @@ class Backend(ABC):
     SUPPORTED_DEVICES: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     MAX_HEAD_DIM: ClassVar[int] = 256
     SUPPORTS_BACKWARD: ClassVar[bool] = True
+    # whether the callable :meth:`bind` returns takes the call's poison (``poison=``, a 0-d
+    # float32 tensor: NaN where given ids were out of range, else 1; decision_errors) and folds
+    # it into its output and that output's gradients itself, where the call would otherwise
+    # multiply the output by it (a launch each way and an autograd node)
+    FOLDS_POISON: ClassVar[bool] = False
     # absolute tolerance (relative to the reference's largest magnitude) per input dtype
     ERROR_ATOL: ClassVar[dict[torch.dtype, float]] = {
         torch.float32: 1e-4,

@@ -54,7 +54,8 @@ def test_bucket_groups_take_it_from_a_segment_length(monkeypatch):
 
 def test_the_forward_hands_its_launch_to_it(monkeypatch):
     """With the kernel taken, the forward launch pair runs gluon_fwd.launch on the Triton kernel's
-    grid and runtime arguments, with the group's flags, then the sanitizing variant."""
+    grid and runtime arguments (but the poison, None for the Triton kernel's sanitizing variant
+    then), with the group's flags, then the sanitizing variant."""
     monkeypatch.setattr(op, "ws_fwd", lambda cfg, q, g=None: True)
     stood_in, pairs = [], []
     monkeypatch.setattr(gluon_fwd, "launch", lambda grid, args, **kw: stood_in.append((grid, args, kw)))
@@ -72,8 +73,9 @@ def test_the_forward_hands_its_launch_to_it(monkeypatch):
     assert "SANITIZE" not in kwargs  # launch_pair adds it to the second launch
     unchanged(grid, args)
     ((got_grid, got_args, kw),) = stood_in
-    assert got_grid == grid == (g.q_ranges.shape[2], 4) and got_args is args
-    assert len(args) == 34 and args[:5][0] is q  # kernels._attn_fwd's runtime arguments, through v_group
+    # kernels._attn_fwd's runtime arguments through v_group: the poison, the last, is the op's to apply
+    assert got_grid == grid == (g.q_ranges.shape[2], 4) and got_args == args[:-1] and args[-1] is None
+    assert len(got_args) == 34 and got_args[0] is q
     assert kw == dict(head_dim=64, max_seg=g.q_ranges.shape[3], flags=op._flags(g, cfg))
 
 

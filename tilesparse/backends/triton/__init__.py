@@ -64,6 +64,7 @@ class TritonBackend(Backend):
     # the attention kernels read and write rows through the layout's order
     FUSIONS = (("gather", "attend", "scatter"),)
     INDEX_BUILDER = "triton"
+    FOLDS_POISON = True  # into the forward's stored O and lse (kernels._poisoned)
 
     def _reasons(self, group: HeadGroup, inputs: AttentionInputs) -> list[str]:
         return triton_reasons(inputs)
@@ -111,13 +112,13 @@ class TritonBackend(Backend):
         # q~ and k~ with the group's unkept features zeroed, other heads as they are (features.py)
         features = None if isinstance(group.score, DotScore) else BoundFeatures(heads, inputs.q, inputs.k)
 
-        def attend(g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
+        def attend(g: PreparedGroup, inputs: AttentionInputs, poison: Tensor | None = None) -> Tensor:
             q, k, v = inputs.q, inputs.k, inputs.v
             if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
                 q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
             if features is not None:
                 q, k = features(q, k, g)
-            return bound(q, k, v, g, inputs.scale)
+            return bound(q, k, v, g, inputs.scale, poison)
 
         return attend
 

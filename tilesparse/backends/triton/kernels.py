@@ -228,8 +228,18 @@ def _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt,
 
 
 @triton.jit
+def _poisoned(x, POISON):
+    """``x`` times the call's poison (NaN where its given ids were out of range, else 1: exact;
+    decision_errors.poisoned), or ``x`` where there is none. Folded into the forward's stored lse
+    and O: with the lse NaN the backward's probabilities are too, and so every gradient."""
+    if POISON is not None:
+        x = x * tl.load(POISON)
+    return x
+
+
+@triton.jit
 def _fwd_sanitized(q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt, k_order, k_posp, k_bktp, nseg, rng,
-                   qk_scale, seqlen_k, offs_d, d_ok, LSE, row_base, offs_m, m_ok, o_ptrs, out_ok,
+                   qk_scale, seqlen_k, offs_d, d_ok, LSE, row_base, offs_m, m_ok, o_ptrs, out_ok, POISON,
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_LOOP: tl.constexpr,
                    CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr, NOT_SELF: tl.constexpr,
                    PRECISION: tl.constexpr):
@@ -253,8 +263,9 @@ def _fwd_sanitized(q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt, k_orde
                                             BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, True)
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
-    tl.store(LSE + row_base + offs_m, tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe)), mask=m_ok)
-    tl.store(o_ptrs, (acc / l_safe[:, None]).to(o_ptrs.dtype.element_ty), mask=out_ok)
+    tl.store(LSE + row_base + offs_m, _poisoned(tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe)), POISON),
+             mask=m_ok)
+    tl.store(o_ptrs, _poisoned(acc / l_safe[:, None], POISON).to(o_ptrs.dtype.element_ty), mask=out_ok)
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
@@ -264,7 +275,7 @@ def _attn_fwd(Q, K, V, O, LSE,
               stride_kb, stride_kh, stride_kt,
               stride_vb, stride_vh, stride_vt,
               stride_ob, stride_oh, stride_ot,
-              n_heads_g, seqlen, seqlen_k, n_blocks, qk_scale, k_group, v_group,
+              n_heads_g, seqlen, seqlen_k, n_blocks, qk_scale, k_group, v_group, POISON,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
               CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
@@ -272,7 +283,8 @@ def _attn_fwd(Q, K, V, O, LSE,
               SANITIZE: tl.constexpr = False, LOCAL_SANITIZE: tl.constexpr = False):
     """One query block against its key-row ranges. ``LOCAL_SANITIZE`` (``SANITIZE`` off): a
     program whose own output is not finite runs the sanitizing loops itself and stores again,
-    in place of the flag and the sanitizing launch (nonfinite.py)."""
+    in place of the flag and the sanitizing launch (nonfinite.py). ``POISON``: the call's poison,
+    folded into the stored lse and O (None: none), after the flag has read the output."""
     tl.static_assert(BLOCK_D >= 16, "tl.dot needs an inner dimension of at least 16")
     if SANITIZE:
         if tl.load(NONFINITE) == 0:
@@ -308,10 +320,10 @@ def _attn_fwd(Q, K, V, O, LSE,
     l_safe = tl.where(empty, 1.0, l_i)
     # lse in log2 units; +inf marks a row with no kept key (zero probabilities in backward)
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    tl.store(LSE + row_base + offs_m, lse, mask=m_ok)
+    tl.store(LSE + row_base + offs_m, _poisoned(lse, POISON), mask=m_ok)
     o = acc / l_safe[:, None]
     o_base = O + b.to(tl.int64) * stride_ob + hg.to(tl.int64) * stride_oh
-    tl.store(o_base + q_rows[:, None] * stride_ot + offs_d[None, :], o.to(O.dtype.element_ty),
+    tl.store(o_base + q_rows[:, None] * stride_ot + offs_d[None, :], _poisoned(o, POISON).to(O.dtype.element_ty),
              mask=m_ok[:, None] & d_ok[None, :])
     if not SANITIZE:
         if LOCAL_SANITIZE:
@@ -323,7 +335,7 @@ def _attn_fwd(Q, K, V, O, LSE,
             if _nonfinite(o, out_ok):
                 _fwd_sanitized(q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt, k_order, k_posp, k_bktp,
                                nseg, rng, qk_scale, seqlen_k, offs_d, d_ok, LSE, row_base, offs_m, m_ok,
-                               o_base + q_rows[:, None] * stride_ot + offs_d[None, :], out_ok, BLOCK_M, BLOCK_D,
+                               o_base + q_rows[:, None] * stride_ot + offs_d[None, :], out_ok, POISON, BLOCK_M, BLOCK_D,
                                BLOCK_N, SINGLE_LOOP, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION)
         else:
             _flag_nonfinite(o, m_ok[:, None] & d_ok[None, :], NONFINITE)

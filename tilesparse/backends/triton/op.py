@@ -301,7 +301,8 @@ class Launches:
         if ws_fwd(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
             from . import gluon_fwd
 
-            unchanged = functools.partial(gluon_fwd.launch, head_dim=D, max_seg=self.max_seg_q, flags=self.flags)
+            unchanged = _without_poison(functools.partial(gluon_fwd.launch, head_dim=D, max_seg=self.max_seg_q,
+                                                          flags=self.flags))
         self.fwd = Launch(
             (self.n_qb, B * Hg), (Hg, T, Tk, self.n_qb, scale * LOG2E, self.k_group, self.v_group),
             dict(**self.common, BLOCK_M=cfg.block_q, BLOCK_N=cfg.forward_tile(self.flags["SAME_BUCKET"]),
@@ -387,7 +388,11 @@ class BoundAttention:
             self.version = _VERSION[0]
         return self.cfg
 
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float) -> Tensor:
+    def __call__(
+        self, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, poison: Tensor | None = None
+    ) -> Tensor:
+        """The group's output; ``poison``: the call's (decision_errors.poisoned), folded into its
+        output and lse (None: none)."""
         if g.group is not self.group and g.group != self.group:
             raise ValueError(f"bound to head group {self.group.describe()}, given one of {g.group.describe()}")
         cfg = self.config()
@@ -403,8 +408,8 @@ class BoundAttention:
                 self.launches.clear()
             launches = self.launches[shape] = Launches(q, k, v, g, scale, cfg)
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-            return _SparseAttention.apply(q, k, v, g, launches)
-        return _forward(q, k, v, g, launches)[0]  # no gradient to take: no autograd node
+            return _SparseAttention.apply(q, k, v, g, launches, poison)
+        return _forward(q, k, v, g, launches, poison)[0]  # no gradient to take: no autograd node
 
 
 _BOUND_SHAPES = 16  # launches kept per bound step (a plan binds each exact size once)
@@ -413,7 +418,7 @@ _BOUND_SHAPES = 16  # launches kept per bound step (a plan binds each exact size
 def sparse_attention(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig) -> Tensor:
     """(B, Hg, Tq, D) attention of group ``g``'s heads; q (B, H, Tq, D), k (B, Hk, Tk, D) and
     v (B, Hv, Tk, D) with H a multiple of Hk and Hv, Tq <= Tk; differentiable w.r.t. q, k, v."""
-    return _SparseAttention.apply(q, k, v, g, Launches(q, k, v, g, scale, cfg))
+    return _SparseAttention.apply(q, k, v, g, Launches(q, k, v, g, scale, cfg), None)
 
 
 def launch_fwd(
@@ -427,30 +432,48 @@ def launch_fwd(
     _launch_fwd(q, k, v, o, lse, g, Launches(q, k, v, g, scale, cfg).fwd, nonfinite)
 
 
-def _launch_fwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: PreparedGroup, fwd: Launch, nonfinite: Tensor) -> None:
+def _launch_fwd(
+    q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: PreparedGroup, fwd: Launch, nonfinite: Tensor,
+    poison: Tensor | None = None,
+) -> None:
+    """The forward's launches; ``poison`` (None: none) folded into the stored O and lse: by the
+    Triton kernel itself, or after the warp-specialized one, which takes none, by two products."""
+    folded = poison if fwd.unchanged is None else None
     launch_pair(
         kernels._attn_fwd, fwd.grid, q, k, v, o, lse,
         g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *fwd.scalars,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *fwd.scalars, folded,
         unchanged=fwd.unchanged, local=fwd.local, **fwd.constants,
     )  # fmt: skip
+    if poison is not None and folded is None:
+        o.mul_(poison)
+        lse.mul_(poison)
 
 
-def _forward(q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, launches: Launches) -> tuple[Tensor, Tensor, Tensor]:
-    """O, LSE and the backward pass's zeroed flag of group ``g`` (nonfinite.py)."""
+def _without_poison(launch: Callable) -> Callable:
+    """``launch`` of a kernel taking ``kernels._attn_fwd``'s runtime arguments but the poison, the
+    last (the op multiplies its outputs by the poison itself)."""
+    return lambda grid, args: launch(grid, args[:-1])
+
+
+def _forward(
+    q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, launches: Launches, poison: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """O, LSE and the backward pass's zeroed flag of group ``g`` (nonfinite.py); ``poison``: the
+    call's, folded into O and LSE (None: none)."""
     B, H, T, D, Tk, Hg = launches.sizes
     o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
     # zeroed by the group's build where it wrote them, else a fill of their own
     forward_flag, backward_flag = g.flags or new_flags(q.device)
-    _launch_fwd(q, k, v, o, lse, g, launches.fwd, forward_flag)
+    _launch_fwd(q, k, v, o, lse, g, launches.fwd, forward_flag, poison)
     return o, lse, backward_flag
 
 
 class _SparseAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, launches: Launches):
-        o, lse, ctx.backward_flag = _forward(q, k, v, g, launches)
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, launches: Launches, poison: Tensor | None):
+        o, lse, ctx.backward_flag = _forward(q, k, v, g, launches, poison)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.g, ctx.launches = g, launches
         return o
@@ -498,7 +521,7 @@ class _SparseAttention(torch.autograd.Function):
         if not launches.direct:  # separate tensors: the op's backward may not return outputs that alias each other
             dk, dv = sum_into_kv_heads(dk, dv, g.head_map, H, k, v, in_order=launches.in_order)
         dq, dk, dv = first_order_only("triton", (dq, dk, dv), (q, k, v))
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None
 
 
 def ws_dkdv(cfg: TileConfig, q: Tensor, g: PreparedGroup | None = None) -> bool:

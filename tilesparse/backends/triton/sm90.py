@@ -70,6 +70,7 @@ class Variant:
     sanitize: bool = False  # the variant launched when the inputs hold an inf or NaN (nonfinite.py)
     long: bool = False  # a bucket group with long segments (op.long_segments: three loops)
     local: bool = False  # the forward with its sanitizing loops in the same launch (nonfinite.LOCAL_MAX_KEYS)
+    poison: bool = False  # the forward folding given ids' poison into its stores (POISON a pointer, not None)
 
     def constexprs(self) -> dict:
         c = dict(HEAD_DIM=self.head_dim, BLOCK_D=_block_d(self.head_dim))
@@ -83,6 +84,8 @@ class Variant:
         if self.kernel == "fwd":
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.forward_tile(c["SAME_BUCKET"]))
             c["LOCAL_SANITIZE"] = self.local
+            if not self.poison:
+                c["POISON"] = None
         elif self.kernel == "dq":
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.dq_n, STORE_DELTA=True)
         else:
@@ -117,7 +120,7 @@ class Variant:
     def __str__(self) -> str:
         on = ",".join(k for k, v in self.flags if v) or "-"
         extra = (" gqa" if self.gqa else "") + (" long" if self.long else "") + (" sanitize" if self.sanitize else "")
-        extra += " local" if self.local else ""
+        extra += (" local" if self.local else "") + (" poison" if self.poison else "")
         return f"{self.kernel} {_DTYPES[self.dtype]} D={self.head_dim} {on}{extra} {self.cfg}"
 
 
@@ -147,7 +150,7 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict[str, str]:
             sig[name] = "constexpr"
         elif name in _TENSORS:
             sig[name] = f"*{dtype}"
-        elif name in ("LSE", "DELTA"):
+        elif name in ("LSE", "DELTA", "POISON"):
             sig[name] = "*fp32"
         elif name.isupper():
             sig[name] = "*i32"
@@ -250,7 +253,9 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
     with its sanitizing loops in the same launch (``local``: how it is launched for at most
     ``nonfinite.LOCAL_MAX_KEYS`` keys); then the sanitizing variant (``sanitize``, launched
     only for inputs holding an inf or NaN) of each bf16 one at D >= 64 with the hash- or
-    drop-causal flags but the local forwards, which hold theirs. The sanitizing variants left
+    drop-causal flags but the local forwards, which hold theirs; and the bf16 D=64 hash forwards
+    (local, unchanged, sanitizing) again with a poison to fold (``poison``: given ids checked
+    on the device, kernels._poisoned). The sanitizing variants left
     out differ from those in what the unchanged variants compile: fp16's from bf16's in the
     products' type, the other flag combinations in the predicates, D=16 in the tile shapes,
     fp32 in the precision. They made up 69 of the 97 sanitizing variants and about a third of
@@ -280,6 +285,10 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
     out += [replace(v, local=True) for v in out if v.kernel == "fwd" and v.head_dim <= 64]
     out += [replace(v, sanitize=True) for v in out  # a local forward holds its sanitizing loops itself
             if v.dtype == torch.bfloat16 and v.head_dim >= 64 and v.flags in (HASH_CAUSAL, DROP_CAUSAL) and not v.local]
+    # the bf16 D=64 hash forwards (in one launch, the pair's two) folding a poison: held to their own counts
+    out += [replace(v, poison=True) for v in out
+            if v.kernel == "fwd" and v.dtype == torch.bfloat16 and v.head_dim == 64 and v.flags == HASH_CAUSAL
+            and not v.long]
     return list(dict.fromkeys(out))
 
 

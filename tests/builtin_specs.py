@@ -43,3 +43,18 @@ def cuda_inputs(shape: tuple[int, int, int, int, int], *, grad: bool, seed: int 
     k, v = (torch.randn((B, Hkv, T, D), generator=g, device="cuda", dtype=torch.bfloat16, requires_grad=grad)
             for _ in range(2))  # fmt: skip
     return q, k, v
+
+
+def assert_poison_reaches(folded: list, product: list) -> None:
+    """A bad call's output and gradients (out, dq, dk, dv) with the poison folded into the
+    forward, against the same call multiplying its output by the poison: the output NaN
+    everywhere, and each gradient NaN somewhere, nowhere a finite value but 0 (no plausible
+    gradient comes out of a bad call), and NaN only where the product's is. The product's NaN
+    reach further: its output gradient is NaN on every row, so a key a computed tile holds
+    but no query of it attends gets NaN there and 0 here."""
+    assert folded[0].isnan().all()
+    for got, want, what in zip(folded[1:], product[1:], ("dq", "dk", "dv"), strict=True):
+        nan = got.isnan()
+        assert nan.any(), what
+        assert not got.masked_fill(nan, 0).any(), f"{what}: finite nonzero values from a poisoned call"
+        assert not (nan & ~want.isnan()).any(), f"{what}: NaN where the product's gradient is finite"

@@ -96,7 +96,7 @@ def test_the_forward_launches_once_where_it_sanitizes_locally(launched, D, local
 @pytest.mark.parametrize("Tk,local", [(40, True), (41, False)])
 def test_calls_of_more_keys_keep_the_forward_pair(launched, monkeypatch, Tk, local):
     """Past ``LOCAL_MAX_KEYS`` keys (made 40 here; 20 queries) the forward launches its pair:
-    its kernel time there is not measured (nonfinite.py)."""
+    its kernels take longer in one launch than the pair's two (nonfinite.py)."""
     from tilesparse.backends.triton import op
 
     monkeypatch.setattr(op, "LOCAL_MAX_KEYS", 40)

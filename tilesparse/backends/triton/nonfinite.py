@@ -16,9 +16,11 @@ launch a call: 9-14 µs of host time a call at B=1, H=16, D=64, T=4,096, the syn
 -1 to +3 µs, within the method's noise (run 190, call by call). The kernel holds the
 sanitizing loops too, behind a branch no finite input takes, which changes its code: on sm_90
 its tile loops do not spill, but some are longer (a hash forward's inner loop 1,010 -> 1,194
-instructions with Triton 3.6) and the segment loop spills a few registers. Where the kernels
-take longer than the host (longer sequences) that could cost more than the launch saves, and
-it is not measured there: so longer calls keep the pair. The dQ kernel, tried the same
+instructions with Triton 3.6) and the segment loop spills a few registers. Its kernel time,
+against the pair's two (run 191, profiler, bf16, causal): 0.5-3% longer for Dense and QKDrop,
+4-9% for Hash(16) and Hash(64), at 4,096, 16,384 and 32,768 tokens alike. At 4,096 that is
+at most 3 µs, less than the launch saves; longer calls, where the kernels set the time, would
+pay 8-31 µs: they keep the pair. The dQ kernel, tried the same
 way, spilled in its tile loops and keeps its pair, as do the forwards at D >= 128 (their tile
 loops spilled too). :func:`sanitize_in_pairs` brings the forward's pair back everywhere (A/B
 timing and tests).
@@ -43,7 +45,8 @@ from .launch import lean
 __all__ = ["LOCAL_MAX_KEYS", "launch_pair", "merged_sanitize", "merged_sanitize_on", "new_flags", "sanitize_in_pairs"]
 
 # the most keys (and so queries: Tq <= Tk) on which the forward at D <= 64 sanitizes in its own
-# launch: the length it was timed at (run 190), where the host, not the kernels, sets a call's time
+# launch: where the host, not the kernels, sets a call's time (runs 190 and 191: longer calls
+# would pay more kernel time than the launch saves)
 LOCAL_MAX_KEYS = 4096
 
 _PAIRED = [False]  # sanitize_in_pairs() in force

@@ -310,8 +310,8 @@ class Launches:
             unchanged,
             # D <= 64: with its sanitizing loops the forward compiles for sm_90 without a spill in
             # its tile loops (16-bit at D=64 with the hash and drop flags, fp32 hash, bf16 D=32);
-            # at D=128 they spill. Up to LOCAL_MAX_KEYS keys (and so queries) only: where it was
-            # timed (nonfinite.py)
+            # at D=128 they spill. Up to LOCAL_MAX_KEYS keys (and so queries) only: on longer calls
+            # its kernel time grows by more than the launch saves (nonfinite.py)
             local=unchanged is None and D <= 64 and Tk <= LOCAL_MAX_KEYS,
         )  # fmt: skip
         self.backward = self._backward(q, g)

@@ -6,8 +6,9 @@ cannot be compiled).
 A stand-in driver reports an sm_90 device and records the launcher's calls instead of
 launching: the launcher itself is Triton's, the same object on both paths, so equal arguments
 mean the lean path launches what Triton would. The kernel has what the attention kernels
-have: tensors, specialized and ``do_not_specialize`` ints, a float, a bool, and compile-time
-parameters last, one of them left to its default. Its tensors say they are on CUDA (a
+have: tensors, specialized and ``do_not_specialize`` ints, a float, a bool, an optional
+pointer given as None (the forward's poison without checked ids), and compile-time parameters
+last, one of them left to its default. Its tensors say they are on CUDA (a
 subclass), so that the lean launch hands the launcher their addresses, as it does on a GPU.
 """
 
@@ -62,11 +63,13 @@ class _Sm90Driver:
 
 
 @triton.jit(do_not_specialize=["m"])
-def _axpb(X, Y, n, m, scale, flag, BLOCK: tl.constexpr, SHIFT: tl.constexpr = 0):
+def _axpb(X, Y, n, m, scale, flag, P, BLOCK: tl.constexpr, SHIFT: tl.constexpr = 0):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(X + offs, mask=offs < n)
     if flag:
         x = x * scale
+    if P is not None:
+        x = x * tl.load(P)
     tl.store(Y + offs, x + m + SHIFT, mask=offs < n)
 
 
@@ -96,7 +99,7 @@ def _encode(args: tuple) -> list:
 if __name__ == "__main__":
     driver.set_active(_Sm90Driver())
     x, y = (torch.zeros(256).as_subclass(OnCuda) for _ in range(2))
-    args = (x, y, 200, 7, 0.5, True)
+    args = (x, y, 200, 7, 0.5, True, None)
     _axpb[(3, 2)](*args, BLOCK=128, num_warps=4)
     (normal,) = _calls
     lean = LeanKernel(_axpb, enabled=True)

@@ -6,8 +6,12 @@ tensors with the group's index builder; ``attend`` runs the group's attention ba
 every group's heads into one output. When the call makes its own decisions and the plan lets
 a group's builder hash the ``lsh`` buckets inside its build (``Assignment.fused_hash``), the
 decide step leaves them unfilled (``tilesparse.decide``) and that group's index step fills
-them in the build's first launch; any other build hashes them first. The eager call, a CUDA
-graph's capture and the ``torch.compile`` custom op (``tilesparse.library``) all come here.
+them in the build's first launch; any other build hashes them first. Given ids checked on the
+device leave the call a poison (NaN where one was out of range, else 1: decision_errors): the
+attend step of a plan of one head group hands it to a backend that folds it into its output and
+gradients (``Backend.FOLDS_POISON``), and otherwise the call multiplies its output by it. The
+eager call, a CUDA graph's capture and the ``torch.compile`` custom op (``tilesparse.library``)
+all come here.
 
 The steps are bound per call signature (the sizes of q, k and v, and the scale; a plan is
 already one dtype, device and gradient mode): each index builder and attention backend works

@@ -25,6 +25,7 @@ includes the CPU for these tests), as it does on CUDA.
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 import torch
@@ -269,13 +270,34 @@ def test_packed_documents_with_max_documents_make_no_host_sync(backend, device_c
     assert counter.events.count("Tensor.tolist") == 1
 
 
-def test_a_document_id_past_max_documents_gives_nan_then_a_clear_error(device_checks):
-    attn = ts.compile(ts.Hash(buckets=2), backend="reference")
+@pytest.mark.parametrize("given", [False, True], ids=["decisions_made", "bad_bucket_too"])
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+def test_a_document_id_past_max_documents_gives_nan_then_a_clear_error(backend, given, device_checks):
+    """The documents' poison (folded into the Triton forward, a product elsewhere) reaches the
+    output and the gradients, alone or with a bad bucket id's (both reported)."""
+    attn = ts.compile(ts.Hash(buckets=2), backend=backend)
     q, k, v = _inputs()
     docs = torch.tensor([[0] * 20 + [1] * 30 + [5] * 14])
-    assert attn(q, k, v, document_ids=docs, max_documents=4).isnan().all()
-    with pytest.raises(ValueError, match=r"document_ids values must lie in \[0, 4\), got \[0, 5\]"):
-        ts.check_errors()
+    dec = None
+    if given:
+        made = attn.decide(q, k)
+        dec = ts.Decisions(q_bucket=made.q_bucket.clone(), k_bucket=made.k_bucket.clone())
+        dec.k_bucket[0, 1, 3] = 7
+    out = attn(q, k, v, decisions=dec, document_ids=docs, max_documents=4)
+    assert out.isnan().all()
+    if backend == "triton":  # folded into the forward: the op's own node, no product's
+        assert type(out.grad_fn).__name__ == "_SparseAttentionBackward"
+    out.sum().backward()
+    assert all(t.grad.isnan().any() and not t.grad.masked_fill(t.grad.isnan(), 0).any() for t in (q, k, v))
+    raised = []
+    for _ in range(2 if given else 1):  # a record per kind of check: one error each
+        with pytest.raises(ValueError) as e:
+            ts.check_errors()
+        raised.append(str(e.value))
+    ts.check_errors()  # nothing more
+    wanted = [r"document_ids values must lie in \[0, 4\), got \[0, 5\]"]
+    wanted += [r"decisions\.k_bucket values must lie in \[0, 2\), got \[0, 7\]"] if given else []
+    assert all(any(re.search(w, m) for m in raised) for w in wanted), raised
 
 
 def test_max_documents_is_checked_at_once_on_the_cpu():

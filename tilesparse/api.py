@@ -423,19 +423,27 @@ class CompiledAttention:
             self._graphed().stats.eager[reason] += 1
 
     def _eager(
-        self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, generator, *, keep_last: bool = True
+        self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, generator, *, keep_last: bool = True,
+        poison: Tensor | None = None,
     ) -> Tensor:
         """The call outside dynamo (and inside the custom op): the plan's steps, executed.
         ``keep_last``: keep the index tensors for explain() (not inside the custom op, nor
         during a CUDA graph capture: a tensor kept from a graph's pool would outlive its
-        replay, and torch.compile's CUDA graphs refuse untracked live allocations)."""
+        replay, and torch.compile's CUDA graphs refuse untracked live allocations).
+        ``poison``: the caller's (sdpa_call: document ids checked on the device), which the
+        output takes with the call's own (decision_errors.poisoned)."""
         inputs, plan = self._checked(q, k, v, decides=decisions is None)
         self._poll_errors(inputs.device)
-        poison: list = []  # NaN where the call's ids, checked on the device, are out of range
-        ex = execute(plan, inputs, self._decide_step(inputs, decisions, generator, poison), poison=poison)
+        # NaN where ids checked on the device are out of range: the caller's, then the decide
+        # step's; the attend step may fold the first into the output (execute.Execution)
+        poisons: list = [] if poison is None else [poison]
+        ex = execute(plan, inputs, self._decide_step(inputs, decisions, generator, poisons), poison=poisons)
         if keep_last and not (inputs.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             self._last = tuple(g for g in ex.prepared if g is not None)
-        return poisoned(ex.out, poison[0] if poison and not ex.folded else None)
+        out = ex.out
+        for p in poisons[1 if ex.folded else 0 :]:
+            out = poisoned(out, p)
+        return out
 
     def _traced(self, q: Tensor, k: Tensor, v: Tensor, decisions: Decisions | None, call: SdpaCall) -> Tensor:
         """The call as custom ops, for dynamo: decisions (made by the decide op unless given),

@@ -33,9 +33,8 @@ SPECS = one_of_each_kind(keep=0.7, buckets=4, k=4)
 # each, and the sum of the per-query-head dK and dV into the kv heads) and, for
 # given ids, their check (one launch for both sides). The two passes' non-finite flags are zeroed
 # in the index build's block pass (no fill of their own). torch: for given ids, the copy of their
-# check's record to the host (the poison itself is folded into the forward's stored output and
-# lse where the plan is one Triton group; PerHead's two groups still multiply the output and its
-# gradient by it); TopKFeatures' q~ and k~ and their
+# check's record to the host (the poison itself is folded into each Triton group's stored output
+# and lse); TopKFeatures' q~ and k~ and their
 # gradients (a launch each, features.py); PerHead's head selections and the gradients' sums over
 # its groups
 MOST = {  # pattern: (forward trusted, forward given, forward+backward given)
@@ -44,7 +43,7 @@ MOST = {  # pattern: (forward trusted, forward given, forward+backward given)
     "hash": (3, 5, 10),
     "topk": (4, 6, 13),
     "hybrid": (3, 5, 10),
-    "perhead": (7, 10, 29),
+    "perhead": (7, 9, 27),
 }
 _ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 

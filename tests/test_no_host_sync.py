@@ -187,13 +187,13 @@ def test_a_bad_bucket_id_gives_nan_then_a_clear_error(backend, device_checks):
 
 @pytest.mark.parametrize("paired", [False, True], ids=["forward_in_one_launch", "forward_pair"])
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("name", ["hash", "hybrid", "topk"])
+@pytest.mark.parametrize("name", ["hash", "hybrid", "topk", "perhead"])
 def test_the_folded_poison_reaches_what_the_product_did(name, causal, paired, device_checks):
     """The Triton forward folds a bad call's poison into its stored output and lse (no product
     of its own, tests/test_launch_counts.py): the output is NaN and the gradients NaN or 0, as
     far as ``unfolded_poison()``'s product of the output with the poison reaches
     (``assert_poison_reaches``); GQA, a length that is no block multiple, an inf in v, and
-    through the forward's launch pair."""
+    through the forward's launch pair; PerHead's two head groups (here unfused) each fold it."""
     from tilesparse.backends.triton.nonfinite import sanitize_in_pairs
     from tilesparse.execute import unfolded_poison
 
@@ -212,8 +212,8 @@ def test_the_folded_poison_reaches_what_the_product_did(name, causal, paired, de
         with switch(), sanitize_in_pairs() if paired else contextlib.nullcontext():
             out = attn(*leaves, decisions=ts.Decisions(**{n: t.clone() for n, t in bad.items()}))
             got = [out.detach(), *torch.autograd.grad(out, leaves, grad_out)]
-        # the op's own node, or the product's: the two arms differ
-        assert type(out.grad_fn).__name__ == ("MulBackward0" if switch is unfolded_poison else "_SparseAttentionBackward")
+        # the product's node, or not: the two arms differ (PerHead's two groups are merged)
+        assert (type(out.grad_fn).__name__ == "MulBackward0") == (switch is unfolded_poison)
         with pytest.raises(ValueError, match=rf"decisions\.{field} values must lie in \[0, \d+\)"):
             ts.check_errors()
         return got

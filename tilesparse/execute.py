@@ -7,9 +7,9 @@ every group's heads into one output. When the call makes its own decisions and t
 a group's builder hash the ``lsh`` buckets inside its build (``Assignment.fused_hash``), the
 decide step leaves them unfilled (``tilesparse.decide``) and that group's index step fills
 them in the build's first launch; any other build hashes them first. Given ids checked on the
-device leave the call a poison (NaN where one was out of range, else 1: decision_errors): the
-attend step of a plan of one head group hands it to a backend that folds it into its output and
-gradients (``Backend.FOLDS_POISON``), and otherwise the call multiplies its output by it. The
+device leave the call a poison (NaN where one was out of range, else 1: decision_errors): where
+every group's backend folds it into its output and gradients (``Backend.FOLDS_POISON``), each
+attend step hands it over, and otherwise the call multiplies its output by it. The
 eager call, a CUDA graph's capture and the ``torch.compile`` custom op (``tilesparse.library``)
 all come here.
 
@@ -46,8 +46,8 @@ class Execution:
     has yet to hash them), each group's index tensors (None for a group that reads none), each
     group's output, and the call's output. ``poison``: where the decide step puts the call's
     poison (given ids checked on the device: decision_errors); ``folded``: whether the attend
-    step folded it into the call's output (a plan of one group whose backend folds it:
-    ``Backend.FOLDS_POISON``), else the caller multiplies the output by it."""
+    steps folded it into the call's output (a plan whose every group's backend folds it into
+    that group's heads: ``Backend.FOLDS_POISON``), else the caller multiplies the output by it."""
 
     decisions: Decisions | None = None
     deferred: DeferredHash | None = None
@@ -155,7 +155,8 @@ def _bind_attend(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
     a = plan.assignments[i]
     attend = a.backend.bind(a.group, a.heads, inputs)
     whole = len(plan.assignments) == 1 and a.heads == tuple(range(inputs.heads))  # its output is the call's
-    fold = whole and a.backend.FOLDS_POISON
+    # every group folds the poison into its heads' output (so every head of the call's has it)
+    fold = all(b.backend.FOLDS_POISON and b.backend.needs_prepare for b in plan.assignments)
 
     def run(inputs, ex: Execution, decide: Decide) -> None:
         g = ex.prepared[i]

@@ -54,7 +54,12 @@ def assert_poison_reaches(folded: list, product: list) -> None:
     but no query of it attends gets NaN there and 0 here."""
     assert folded[0].isnan().all()
     for got, want, what in zip(folded[1:], product[1:], ("dq", "dk", "dv"), strict=True):
-        nan = got.isnan()
-        assert nan.any(), what
-        assert not got.masked_fill(nan, 0).any(), f"{what}: finite nonzero values from a poisoned call"
-        assert not (nan & ~want.isnan()).any(), f"{what}: NaN where the product's gradient is finite"
+        assert_poisoned_gradient(got, what)
+        assert not (got.isnan() & ~want.isnan()).any(), f"{what}: NaN where the product's gradient is finite"
+
+
+def assert_poisoned_gradient(grad, what: str = "gradient") -> None:
+    """A bad call's gradient: NaN somewhere, and nowhere a finite value but 0."""
+    nan = grad.isnan()
+    assert nan.any(), what
+    assert not grad.masked_fill(nan, 0).any(), f"{what}: finite nonzero values from a poisoned call"

@@ -272,10 +272,10 @@ def run_sdpa_call(
         ).trusted(spec)  # fmt: skip
     elif not dec.present():
         dec = None
-    if poison is None or doc_poison is None:
-        poison = doc_poison if poison is None else poison
-    else:  # both: one product of two numbers, not two of the output
+    if poison is not None and doc_poison is not None:  # both: one product of two numbers, not two of the output
         poison = poison * doc_poison
+    elif poison is None:
+        poison = doc_poison
     with _no_polls():  # polled above: this call's own errors come next call
         out = op._eager(q, k, v, dec, None, keep_last=keep_last, poison=poison)  # folded there where it can be
     if not call.return_lse:

@@ -75,7 +75,7 @@ def test_the_folded_poison_gives_what_the_product_gave(name, shape):
     got = {}
     for label, switch in (("folded", contextlib.nullcontext), ("product", unfolded_poison)):
         with switch():
-            out = attn(q, k, v, decisions=ts.Decisions(**{n: t.clone() for n, t in bad.items()}))
+            out = attn(q, k, v, decisions=_given(ts.Decisions(**bad)))
             got[label] = (out, *torch.autograd.grad(out, (q, k, v), go))
         assert (type(out.grad_fn).__name__ == "MulBackward0") == (label == "product")  # the arms differ
         with pytest.raises(ValueError, match=f"decisions.{field}"):

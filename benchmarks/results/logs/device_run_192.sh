@@ -1,6 +1,4 @@
 #!/bin/bash
-# Prepared, not run yet (the session that wrote it had no device time left): when it runs, rename it device_run_N.sh
-# and its outputs' run192 to that run's number.
 # #12: the GPU suite on the tree of the folded poison and the forward in one launch at D <= 64. Run 191's was cut at
 # its time limit (290 s, on an H100) with 11 failures its summary never named: 9 among the first results, as many as
 # the cases of test_the_folded_poison_gives_what_the_product_gave, whose assertion (the product's NaNs exactly) has

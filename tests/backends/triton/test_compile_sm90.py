@@ -104,6 +104,14 @@ from compile_cache import compiled  # this folder, on sys.path under pytest
 # the long (three-loop) variants count 70 (3.6), 41 (3.7.1) and 142 (3.9.0). On the GPU its
 # kernels take 0.5-9% longer than the pair's two at every length (run 191): it is launched only
 # where the launch it saves weighs more (nonfinite.LOCAL_MAX_KEYS).
+# With the programs started longest first (TileConfig.heavy_first, kernels._scheduled; 2026-12-07:
+# a 4k forward+backward's kernels up to 25% shorter, run 194) every release was measured again;
+# five kinds of row rose and were raised, none on a timed path but the long dQ: 3.6 the D=128
+# drop forward (the Triton one, which the warp-specialized forward replaces on Hopper) 87 -> 90;
+# 3.7.1 the D=64 long dQ 124 -> 128 (Hash(16) at 32k, not timed with the change) and its
+# sanitizing forward 32 -> 33; 3.9.0 the D=256 GQA drop dK/dV 142 -> 146 and the fp16 D=64 local
+# forward 10 -> 37 (behind its sanitizing branch). Others fell (3.6's D=64 dQ 34 -> 12, 3.7.1's
+# D=128 dK/dV 38 -> 32, its warp-specialized D=64 dK/dV 9 -> 0); their rows keep their counts.
 SPILL_TABLES = Path(__file__).with_name("loop_spills_sm90.json")
 
 

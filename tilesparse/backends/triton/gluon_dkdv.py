@@ -136,6 +136,22 @@ KEY_SENTINEL = gl.constexpr(_KEY_SENTINEL)
 
 
 @gluon.jit
+def _scheduled(HEAVY_FIRST: gl.constexpr, LAST_FIRST: gl.constexpr):
+    """This program's block and (batch, group head): ``kernels._scheduled``'s order."""
+    block = gl.program_id(0)
+    bh = gl.program_id(1)
+    if HEAVY_FIRST:
+        n_blocks = gl.num_programs(0)
+        n_bh = gl.num_programs(1)
+        linear = block + bh * n_blocks
+        block = linear // n_bh
+        bh = linear % n_bh
+        if LAST_FIRST:
+            block = n_blocks - 1 - block
+    return block, bh
+
+
+@gluon.jit
 def _tiles(rng, s, BLOCK: gl.constexpr, SINGLE_LOOP: gl.constexpr):
     """Segment ``s``'s query tiles as ``kernels._tiles`` makes them on the releases that fold a
     carried scalar (the previous segment's end read back): visit [lo, hi), unmasked [f0, f1)."""
@@ -287,12 +303,11 @@ def _attn_bwd_dkdv_ws(Q, K, V, DO, DK, DV, LSE, DELTA,
           DKV_PER_QUERY_HEAD: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
           MAX_SEG: gl.constexpr, CAUSAL: gl.constexpr, STRICT: gl.constexpr, SAME_BUCKET: gl.constexpr,
           NOT_SELF: gl.constexpr, SINGLE_LOOP: gl.constexpr, STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr,
-          num_warps: gl.constexpr):
+          num_warps: gl.constexpr, HEAVY_FIRST: gl.constexpr = False):
     """One key block (BLOCK_N rows of the key layout) against its query-row ranges."""
     sm_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     dtype: gl.constexpr = Q.dtype.element_ty
-    pid_n = gl.program_id(0)
-    pid_bh = gl.program_id(1)
+    pid_n, pid_bh = _scheduled(HEAVY_FIRST, False)
     b = pid_bh // n_heads_g
     hg = pid_bh % n_heads_g
     h = gl.load(HEAD_MAP + hg)

@@ -30,7 +30,7 @@ import functools
 
 import torch
 
-from .gluon_dkdv import GLUON_TRITON, KEY_SENTINEL, _keep, _tiles, gluon_reason
+from .gluon_dkdv import GLUON_TRITON, KEY_SENTINEL, _keep, _scheduled, _tiles, gluon_reason
 from .gluon_dq import BLOCK_M, _flag_and_store, _init_ring, _kv_stages, block_reason, launch_constants
 from .gluon_dq import DqConfig as FwdConfig
 from .launch import LeanKernel, lean_supported
@@ -215,13 +215,13 @@ def _attn_fwd_ws(Q, K, V, O, LSE,
           n_heads_g, seqlen, seqlen_k, n_blocks, qk_scale, k_group, v_group,
           HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, MAX_SEG: gl.constexpr,
           CAUSAL: gl.constexpr, STRICT: gl.constexpr, SAME_BUCKET: gl.constexpr, NOT_SELF: gl.constexpr,
-          SINGLE_LOOP: gl.constexpr, STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr, num_warps: gl.constexpr):
+          SINGLE_LOOP: gl.constexpr, STAGES: gl.constexpr, COMPUTE_REGS: gl.constexpr, num_warps: gl.constexpr,
+          HEAVY_FIRST: gl.constexpr = False):
     """One query block (BLOCK_M rows of the query layout) against its key-row ranges."""
     sm_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     dtype: gl.constexpr = Q.dtype.element_ty
     HALF: gl.constexpr = BLOCK_M // 2
-    pid_m = gl.program_id(0)
-    pid_bh = gl.program_id(1)
+    pid_m, pid_bh = _scheduled(HEAVY_FIRST, True)
     b = pid_bh // n_heads_g
     hg = pid_bh % n_heads_g
     h = gl.load(HEAD_MAP + hg)

@@ -134,10 +134,32 @@ def _key_tile_keep(K_POS, K_BKT, offs_n, n_ok, q_pos, q_bkt, CAUSAL: tl.constexp
 
 
 @triton.jit
-def _program(HEAD_MAP, n_heads_g, seqlen):
-    """This program's batch, head within the group, query head, and the offset of its
+def _scheduled(HEAVY_FIRST: tl.constexpr, LAST_FIRST: tl.constexpr):
+    """This program's block and (batch, group head) on a (blocks, B x Hg) grid.
+
+    The GPU starts programs in the order of their linear id, axis 0 fastest. Read as it is, every
+    head's blocks start together, so under a causal mask the heads started last bring their
+    longest blocks last. With HEAVY_FIRST the id is read with the (batch, head) fastest and the
+    blocks slowest, the last block first where LAST_FIRST (query blocks: the last holds the most
+    keys; key blocks: the first holds the most queries): every head's longest programs start in
+    the first wave, and the last wave is of short ones (``TileConfig.heavy_first``)."""
+    block = tl.program_id(0)
+    bh = tl.program_id(1)
+    if HEAVY_FIRST:
+        n_blocks = tl.num_programs(0)
+        n_bh = tl.num_programs(1)
+        linear = block + bh * n_blocks
+        block = linear // n_bh
+        bh = linear % n_bh
+        if LAST_FIRST:
+            block = n_blocks - 1 - block
+    return block, bh
+
+
+@triton.jit
+def _program(HEAD_MAP, pid_bh, n_heads_g, seqlen):
+    """Program ``pid_bh``'s batch, head within the group, query head, and the offset of its
     (batch, group head) rows in the index tensors."""
-    pid_bh = tl.program_id(1)
     b = pid_bh // n_heads_g
     hg = pid_bh % n_heads_g
     h = tl.load(HEAD_MAP + hg)
@@ -161,12 +183,14 @@ def _layout_rows(ORDER, POS, BKT, row_base, block, seqlen, pos_other, bkt_other,
 
 @triton.jit
 def _query_block(HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen,
-                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, SAME_BUCKET: tl.constexpr):
-    """The query block of a forward or dQ program: its block index, :func:`_program`'s ids, the
-    block's layout rows (:func:`_layout_rows`) and the head-dim offsets with their mask."""
+                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, SAME_BUCKET: tl.constexpr,
+                 HEAVY_FIRST: tl.constexpr):
+    """The query block of a forward or dQ program: its block index (:func:`_scheduled`),
+    :func:`_program`'s ids, the block's layout rows (:func:`_layout_rows`) and the head-dim
+    offsets with their mask."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
-    pid_m = tl.program_id(0)
-    pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
+    pid_m, pid_bh = _scheduled(HEAVY_FIRST, True)
+    pid_bh, b, hg, h, row_base = _program(HEAD_MAP, pid_bh, n_heads_g, seqlen)
     offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
                                                       BLOCK_M, SAME_BUCKET)
     offs_d = tl.arange(0, BLOCK_D)
@@ -280,7 +304,7 @@ def _attn_fwd(Q, K, V, O, LSE,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
               CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
               NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
-              SANITIZE: tl.constexpr = False, LOCAL_SANITIZE: tl.constexpr = False):
+              SANITIZE: tl.constexpr = False, LOCAL_SANITIZE: tl.constexpr = False, HEAVY_FIRST: tl.constexpr = False):
     """One query block against its key-row ranges. ``LOCAL_SANITIZE`` (``SANITIZE`` off): a
     program whose own output is not finite runs the sanitizing loops itself and stores again,
     in place of the flag and the sanitizing launch (nonfinite.py). ``POISON``: the call's poison,
@@ -290,7 +314,7 @@ def _attn_fwd(Q, K, V, O, LSE,
         if tl.load(NONFINITE) == 0:
             return  # the unchanged variant's output is exact (see the module docstring)
     pid_m, pid_bh, b, hg, h, row_base, offs_m, m_ok, q_rows, q_pos, q_bkt, offs_d, d_ok = _query_block(
-        HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen, HEAD_DIM, BLOCK_D, BLOCK_M, SAME_BUCKET)
+        HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen, HEAD_DIM, BLOCK_D, BLOCK_M, SAME_BUCKET, HEAVY_FIRST)
     # load q once: it stays in registers for every tile of the block
     q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
     q = tl.load(q_base + q_rows[:, None] * stride_qt + offs_d[None, :],
@@ -419,14 +443,15 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                    CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
                    NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
-                   DP_FIRST: tl.constexpr, SANITIZE: tl.constexpr = False):
+                   DP_FIRST: tl.constexpr, SANITIZE: tl.constexpr = False,
+                   HEAVY_FIRST: tl.constexpr = False):
     """One key block (BLOCK_N rows of the key layout) against its query-row ranges."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     if SANITIZE:
         if tl.load(NONFINITE) == 0:
             return  # the unchanged variants' outputs are exact (see the module docstring)
-    pid_n = tl.program_id(0)
-    pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen)
+    pid_n, pid_bh = _scheduled(HEAVY_FIRST, False)
+    pid_bh, b, hg, h, row_base = _program(HEAD_MAP, pid_bh, n_heads_g, seqlen)
     row_base_k = pid_bh.to(tl.int64) * seqlen_k  # key rows: Tk of them (queries: Tq = seqlen)
     offs_n, n_ok, k_rows, k_pos, k_bkt = _layout_rows(K_ORDER, K_POS, K_BKT, row_base_k, pid_n, seqlen_k,
                                                       KEY_SENTINEL, -2, BLOCK_N, SAME_BUCKET)
@@ -534,7 +559,7 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                  CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
                  NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
-                 SANITIZE: tl.constexpr = False, STORE_DELTA: tl.constexpr = True):
+                 SANITIZE: tl.constexpr = False, STORE_DELTA: tl.constexpr = True, HEAVY_FIRST: tl.constexpr = False):
     """One query block against its key-row ranges (the forward pass's ranges). It also
     computes FlashAttention-2's delta = rowsum(dO * O) of its rows and stores it for the dK/dV
     kernel, which runs after it (not ``STORE_DELTA``: in :func:`_attn_bwd_sanitize`, beside
@@ -543,7 +568,7 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
         if tl.load(NONFINITE) == 0:
             return  # the unchanged variant's output is exact (see the module docstring)
     pid_m, pid_bh, b, hg, h, row_base, offs_m, m_ok, q_rows, q_pos, q_bkt, offs_d, d_ok = _query_block(
-        HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen, HEAD_DIM, BLOCK_D, BLOCK_M, SAME_BUCKET)
+        HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen, HEAD_DIM, BLOCK_D, BLOCK_M, SAME_BUCKET, HEAVY_FIRST)
     row_ok = (q_pos >= 0)[:, None] & d_ok[None, :]
     q = tl.load(Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
                 + q_rows[:, None] * stride_qt + offs_d[None, :], mask=row_ok, other=0.0)
@@ -599,10 +624,12 @@ def _attn_bwd_sanitize(Q, K, V, O, DO, DQ, DK, DV, LSE, DELTA,
                        DKDV_M: tl.constexpr, DKDV_N: tl.constexpr, MAX_SEG_K: tl.constexpr,
                        DKV_PER_QUERY_HEAD: tl.constexpr, DP_FIRST: tl.constexpr,
                        CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
-                       NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr):
+                       NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
+                       HEAVY_FIRST: tl.constexpr = False):
     """The backward's two sanitizing variants in one launch (``nonfinite.merged_sanitize``),
     after both unchanged ones: programs (i, bh, 0) run dQ's of query block i, programs
-    (i, bh, 1) dK/dV's of key block i. They exit at once unless the backward's flag is set; the
+    (i, bh, 1) dK/dV's of key block i, in the grid's own order (``HEAVY_FIRST``, given with the
+    other kernels' flags, is not taken: this grid's blocks are the longer side's). They exit at once unless the backward's flag is set; the
     dQ programs then leave the delta as the unchanged dQ variant stored it, which the dK/dV
     programs read beside them."""
     if tl.load(NONFINITE) == 0:

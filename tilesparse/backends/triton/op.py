@@ -103,6 +103,9 @@ class TileConfig:
     # on), by ws_dkdv's rule on bucket segments with this many rows; its own key tiles
     # (gluon_fwd.fwd_config) replace fwd_n, bucket_fwd_n and the fwd_* launch parameters there.
     # 0: the Triton kernel
+    heavy_first: int = 0  # the attention kernels start their programs heads fastest and blocks
+    # slowest, the longest blocks (under a causal mask) first (kernels._scheduled): 1 in every
+    # group, 2 in groups without a bucket predicate; 0: in the grid's own order everywhere
 
     def forward_tile(self, same_bucket: bool) -> int:
         """The forward kernel's key tile width for a group with (or without) a bucket predicate."""
@@ -140,8 +143,14 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         # kernel times at B=2, H=12, T=16k): QKDrop 0.7 / 0.5 / 0.3 26% / 24% / 16% faster, Hash(16)'s
         # 1,024-row bucket segments 13%, but Hash(64)'s 256-row ones 6% slower: bucket groups take it
         # from 1,024 rows a segment (between 256 and 1,024 not measured)
+        # Programs longest first (run 194, ab_heavy_first_run194_h100.json, kernels of a forward+
+        # backward at B=1, H=16, T=4,096 and B=2, H=12, T=16,384): at 4k Dense on Triton 24% faster,
+        # QKDrop 0.7 / 0.5 25% / 6%, Hash(16), Hash(64), the hybrid 3-6%, PerHead even; at 16k
+        # PerHead 14%, QKDrop 0.7 / 0.5 2% / 7%, the bucket patterns 1-6%, Dense on Triton 2% slower.
+        # Head dims below 64 not measured
         cfg = TileConfig(128, 64, 64, 64, 32, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1,
-                         long_segment_rows=2048 if head_dim > 32 else 0, ws_dkdv=1024 if head_dim == 64 else 0)
+                         long_segment_rows=2048 if head_dim > 32 else 0, ws_dkdv=1024 if head_dim == 64 else 0,
+                         heavy_first=1)
     elif head_dim <= 128:
         # 4 warps everywhere, 64-wide forward tiles and 64x64 dK/dV tiles: forward+backward
         # kernels 2x faster than 8 warps with 32-wide tiles (sweep_kernels_h200.json)
@@ -168,10 +177,14 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         # tiles): QKDrop 0.7 / 0.5 forward 3% / 4% faster at B=1, H=32, Hkv=8, T=32k, 8% / 9% at B=2, H=12,
         # T=16k; Hash(16)'s 2,048-row segments (32k) 4% faster, its 1,024-row ones (16k) 4% slower: bucket
         # groups from 2,048 rows. D=64: the probe was even with the Triton forward (run 116), not taken
+        # programs longest first in groups without a bucket predicate (run 194, kernels of a forward+
+        # backward at B=1, H=32, Hkv=8, T=4,096 and 16,384): at 4k Dense on Triton 6% faster, QKDrop
+        # 0.7 / 0.5 11% / 13%; at 16k QKDrop(0.5) 3% faster, QKDrop(0.7) even, Dense on Triton 3% slower.
+        # Not in bucket groups: Hash(64) 3% slower at both lengths, Hash(16) even, the hybrid -2% / +1%
         cfg = TileConfig(128, 64, 64, 32, 64, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1,
                          bucket_fwd_n=32, dp_first=1, long_segment_rows=1024 if head_dim == 128 else 2048,
                          ws_dkdv=256 if head_dim == 128 else 0, ws_dq=1024 if head_dim == 128 else 0,
-                         ws_fwd=2048 if head_dim == 128 else 0)
+                         ws_fwd=2048 if head_dim == 128 else 0, heavy_first=2)
     else:
         # 4 warps and 32x32 backward tiles: 2.8x faster than 8 warps with 16-wide tiles
         cfg = TileConfig(64, 32, 32, 32, 32, fwd_warps=4, fwd_stages=2, bwd_warps=4, bwd_stages=2, dq_warps=4, dq_stages=2,
@@ -237,7 +250,13 @@ def dp_first(cfg: TileConfig, single: bool) -> bool:
 def _flags(g: PreparedGroup, cfg: TileConfig) -> dict:
     flags = predicate_flags(g.group)
     flags["SINGLE_LOOP"] = single_loop(cfg, flags["SAME_BUCKET"], long_segments(g, cfg))
+    flags["HEAVY_FIRST"] = heavy_first(cfg, flags["SAME_BUCKET"])
     return flags
+
+
+def heavy_first(cfg: TileConfig, same_bucket: bool) -> bool:
+    """Whether a group's kernels start their longest programs first (``TileConfig.heavy_first``)."""
+    return cfg.heavy_first == 1 or (cfg.heavy_first == 2 and not same_bucket)
 
 
 def forward_tile(group: HeadGroup, cfg: TileConfig) -> int:

@@ -26,7 +26,7 @@ import torch
 from ...ir import KEY_SENTINEL, QUERY_SENTINEL
 from . import kernels
 from .launch import OPTIONS
-from .op import TileConfig, _block_d, _precision, dp_first, parse_overrides, single_loop, tile_config
+from .op import TileConfig, _block_d, _precision, dp_first, heavy_first, parse_overrides, single_loop, tile_config
 
 __all__ = [
     "SHARED_LIMIT",
@@ -76,6 +76,7 @@ class Variant:
         c = dict(HEAD_DIM=self.head_dim, BLOCK_D=_block_d(self.head_dim))
         c.update(PRECISION=_precision(self.dtype), **dict(self.flags))
         c["SINGLE_LOOP"] = single_loop(self.cfg, c["SAME_BUCKET"], self.long)
+        c["HEAVY_FIRST"] = heavy_first(self.cfg, c["SAME_BUCKET"])
         if self.kernel == "bwd_sanitize":
             return c | dict(DQ_M=self.cfg.block_q, DQ_N=self.cfg.dq_n, MAX_SEG_Q=16, DKDV_M=self.cfg.dkdv_m,
                             DKDV_N=self.cfg.block_k, MAX_SEG_K=16, DKV_PER_QUERY_HEAD=self.gqa,
@@ -387,6 +388,11 @@ def _compile_gluon(fn, dtype: torch.dtype, const: dict, maxnreg: int, fp32: tupl
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
+def _gluon_heavy_first(dtype: torch.dtype, head_dim: int, flags) -> bool:
+    """The program order the head dim's configuration gives a Gluon kernel's group (op.heavy_first)."""
+    return heavy_first(tile_config(head_dim, dtype, torch.device("cuda")), dict(flags)["SAME_BUCKET"])
+
+
 def compile_gluon_dkdv(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str, bool], ...], per_query_head: bool,
                        single_loop: bool, config=None):
     """Compile the warp-specialized dK/dV kernel for sm_90 (a launch of gluon_dkdv.launch, at
@@ -395,7 +401,8 @@ def compile_gluon_dkdv(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str
 
     cfg = config or gluon_dkdv.ws_config(head_dim)
     const = dict(DKV_PER_QUERY_HEAD=per_query_head, HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=64, MAX_SEG=16,
-                 **dict(flags), SINGLE_LOOP=single_loop, STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4)
+                 **dict(flags), HEAVY_FIRST=_gluon_heavy_first(dtype, head_dim, flags), SINGLE_LOOP=single_loop,
+                 STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4)
     # per query head: fp32 buffers, summed into the kv heads after
     return _compile_gluon(gluon_dkdv._attn_bwd_dkdv_ws, dtype, const, cfg.maxnreg,
                           ("DK", "DV") if per_query_head else ())
@@ -409,7 +416,8 @@ def compile_gluon_dq(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str, 
 
     cfg = config or gluon_dq.dq_config(head_dim)
     const = dict(HEAD_DIM=head_dim, BLOCK_M=gluon_dq.BLOCK_M, BLOCK_N=cfg.block_n, MAX_SEG=16, **dict(flags),
-                 SINGLE_LOOP=single_loop, STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4)
+                 HEAVY_FIRST=_gluon_heavy_first(dtype, head_dim, flags), SINGLE_LOOP=single_loop, STAGES=cfg.stages,
+                 COMPUTE_REGS=cfg.regs, num_warps=4)
     return _compile_gluon(gluon_dq._attn_bwd_dq_ws, dtype, const, cfg.maxnreg)
 
 
@@ -421,7 +429,8 @@ def compile_gluon_fwd(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str,
 
     cfg = config or gluon_fwd.fwd_config(head_dim)
     const = dict(HEAD_DIM=head_dim, BLOCK_M=gluon_fwd.BLOCK_M, BLOCK_N=cfg.block_n, MAX_SEG=16, **dict(flags),
-                 SINGLE_LOOP=single_loop, STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4)
+                 HEAVY_FIRST=_gluon_heavy_first(dtype, head_dim, flags), SINGLE_LOOP=single_loop, STAGES=cfg.stages,
+                 COMPUTE_REGS=cfg.regs, num_warps=4)
     return _compile_gluon(gluon_fwd._attn_fwd_ws, dtype, const, cfg.maxnreg)
 
 

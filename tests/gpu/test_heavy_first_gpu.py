@@ -18,7 +18,8 @@ SPECS = {"dense": ts.Dense(), "qkdrop": ts.QKDrop(keep=0.5), "hash": ts.Hash(buc
 
 
 @pytest.mark.parametrize("shape", [(1, 16, 16, 64, 4096), (1, 8, 2, 64, 1000), (1, 32, 8, 128, 4096),
-                                   (1, 8, 2, 128, 1000)], ids=["D64_4k", "D64_GQA_1000", "D128_GQA_4k", "D128_GQA_1000"])
+                                   (1, 8, 2, 128, 1000)],
+                         ids=["D64_4k", "D64_GQA_1000", "D128_GQA_4k", "D128_GQA_1000"])
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_the_longest_first_gives_the_grids_order_results(name, shape):
     q, k, v = cuda_inputs(shape, grad=True)

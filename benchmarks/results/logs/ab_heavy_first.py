@@ -76,7 +76,8 @@ def main(out: str, shapes: list, arms: list) -> None:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                    "calls_a_turn": CALLS, "arms": arms, "rows": rows}, f, indent=1)
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    print(f"{'shape':22s} {'pattern':13s} | fwd µs grid / heavy-first (ratio) | fwd+bwd µs grid / heavy-first (ratio) | equal")
+    print(f"{'shape':22s} {'pattern':13s} | fwd µs grid / heavy-first (ratio) "
+          "| fwd+bwd µs grid / heavy-first (ratio) | equal")
     for r in rows:
         a, b = med(r["grid"]["fwd_us"]), med(r["heavy_first"]["fwd_us"])
         c, d = med(r["grid"]["fwd_bwd_us"]), med(r["heavy_first"]["fwd_bwd_us"])

@@ -629,9 +629,9 @@ def _attn_bwd_sanitize(Q, K, V, O, DO, DQ, DK, DV, LSE, DELTA,
     """The backward's two sanitizing variants in one launch (``nonfinite.merged_sanitize``),
     after both unchanged ones: programs (i, bh, 0) run dQ's of query block i, programs
     (i, bh, 1) dK/dV's of key block i, in the grid's own order (``HEAVY_FIRST``, given with the
-    other kernels' flags, is not taken: this grid's blocks are the longer side's). They exit at once unless the backward's flag is set; the
-    dQ programs then leave the delta as the unchanged dQ variant stored it, which the dK/dV
-    programs read beside them."""
+    other kernels' flags, is not taken: this grid's blocks are the longer side's). They exit at
+    once unless the backward's flag is set; the dQ programs then leave the delta as the
+    unchanged dQ variant stored it, which the dK/dV programs read beside them."""
     if tl.load(NONFINITE) == 0:
         return
     if tl.program_id(2) == 0:

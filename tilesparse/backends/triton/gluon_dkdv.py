@@ -40,7 +40,7 @@ from ...ir.semantics import KEY_SENTINEL as _KEY_SENTINEL
 from .launch import LeanKernel, lean_supported
 from .versions import installed_triton
 
-__all__ = ["GLUON_TRITON", "WsConfig", "gluon_reason", "launch", "unusable", "ws_config"]
+__all__ = ["GLUON_TRITON", "WsConfig", "gluon_reason", "launch", "launch_constants", "unusable", "ws_config"]
 
 # the Triton releases this kernel was written for and run on (3.7 and 3.8 compile it too, in CI
 # and by hand, but nothing ran it there: they launch the Triton kernel instead; 3.9 does not compile it)
@@ -105,12 +105,16 @@ def launch(grid: tuple[int, int], args: tuple, *, head_dim: int, per_query_head:
     """dK/dV into ``args``' DK, DV: ``args`` are ``kernels._attn_bwd_dkdv``'s runtime arguments
     (through ``v_group``); ``flags`` its predicate and loop flags (op._flags); ``config`` another
     launch shape than ``ws_config(head_dim)`` (benchmarks/probe_gluon_bwd.py)."""
-    cfg = config or ws_config(head_dim)
-    constants = dict(
+    constants = launch_constants(config or ws_config(head_dim), head_dim, per_query_head, max_seg, flags)
+    _launcher().launch(grid, args, constants)
+
+
+def launch_constants(cfg: WsConfig, head_dim: int, per_query_head: bool, max_seg: int, flags: dict) -> dict:
+    """The kernel's compile-time constants and launch options at launch shape ``cfg``."""
+    return dict(
         DKV_PER_QUERY_HEAD=per_query_head, HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=64, MAX_SEG=max_seg,
         **flags, STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4, maxnreg=cfg.maxnreg,
     )  # fmt: skip
-    _launcher().launch(grid, args, constants)
 
 
 @functools.cache

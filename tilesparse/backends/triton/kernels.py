@@ -157,13 +157,14 @@ def _scheduled(HEAVY_FIRST: tl.constexpr, LAST_FIRST: tl.constexpr):
 
 
 @triton.jit
-def _program(HEAD_MAP, pid_bh, n_heads_g, seqlen):
-    """Program ``pid_bh``'s batch, head within the group, query head, and the offset of its
-    (batch, group head) rows in the index tensors."""
+def _program(HEAD_MAP, n_heads_g, seqlen, HEAVY_FIRST: tl.constexpr, LAST_FIRST: tl.constexpr):
+    """This program's block and (batch, group head) (:func:`_scheduled`), its batch, head within
+    the group, query head, and the offset of its (batch, group head) rows in the index tensors."""
+    block, pid_bh = _scheduled(HEAVY_FIRST, LAST_FIRST)
     b = pid_bh // n_heads_g
     hg = pid_bh % n_heads_g
     h = tl.load(HEAD_MAP + hg)
-    return pid_bh, b, hg, h, pid_bh.to(tl.int64) * seqlen
+    return block, pid_bh, b, hg, h, pid_bh.to(tl.int64) * seqlen
 
 
 @triton.jit
@@ -185,12 +186,11 @@ def _layout_rows(ORDER, POS, BKT, row_base, block, seqlen, pos_other, bkt_other,
 def _query_block(HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, SAME_BUCKET: tl.constexpr,
                  HEAVY_FIRST: tl.constexpr):
-    """The query block of a forward or dQ program: its block index (:func:`_scheduled`),
-    :func:`_program`'s ids, the block's layout rows (:func:`_layout_rows`) and the head-dim
-    offsets with their mask."""
+    """The query block of a forward or dQ program: :func:`_program`'s ids (the block last-first
+    under HEAVY_FIRST), the block's layout rows (:func:`_layout_rows`) and the head-dim offsets
+    with their mask."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
-    pid_m, pid_bh = _scheduled(HEAVY_FIRST, True)
-    pid_bh, b, hg, h, row_base = _program(HEAD_MAP, pid_bh, n_heads_g, seqlen)
+    pid_m, pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen, HEAVY_FIRST, True)
     offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
                                                       BLOCK_M, SAME_BUCKET)
     offs_d = tl.arange(0, BLOCK_D)
@@ -450,8 +450,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
     if SANITIZE:
         if tl.load(NONFINITE) == 0:
             return  # the unchanged variants' outputs are exact (see the module docstring)
-    pid_n, pid_bh = _scheduled(HEAVY_FIRST, False)
-    pid_bh, b, hg, h, row_base = _program(HEAD_MAP, pid_bh, n_heads_g, seqlen)
+    pid_n, pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen, HEAVY_FIRST, False)
     row_base_k = pid_bh.to(tl.int64) * seqlen_k  # key rows: Tk of them (queries: Tq = seqlen)
     offs_n, n_ok, k_rows, k_pos, k_bkt = _layout_rows(K_ORDER, K_POS, K_BKT, row_base_k, pid_n, seqlen_k,
                                                       KEY_SENTINEL, -2, BLOCK_N, SAME_BUCKET)

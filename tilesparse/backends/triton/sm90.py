@@ -374,12 +374,16 @@ def gluon_fwd_variant_name(dtype: torch.dtype, head_dim: int, flags, single_loop
     return gluon_variant_name(dtype, head_dim, flags, False, single_loop).replace("gluon dkdv", "gluon fwd", 1)
 
 
-def _compile_gluon(fn, dtype: torch.dtype, const: dict, maxnreg: int, fp32: tuple[str, ...] = ()):
+def _compile_gluon(fn, dtype: torch.dtype, launched: dict, fp32: tuple[str, ...] = ()):
+    """Compile a Gluon kernel with the constants its launch takes (``launched``: its module's
+    ``launch_constants``, ``maxnreg`` an option); ``fp32``: pointers to fp32 buffers."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
+    const = dict(launched)
+    maxnreg = const.pop("maxnreg")
     sig = _signature(fn, _DTYPES[dtype], const)
     for name in fp32:
         sig[name] = "*fp32"
@@ -388,9 +392,12 @@ def _compile_gluon(fn, dtype: torch.dtype, const: dict, maxnreg: int, fp32: tupl
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def _gluon_heavy_first(dtype: torch.dtype, head_dim: int, flags) -> bool:
-    """The program order the head dim's configuration gives a Gluon kernel's group (op.heavy_first)."""
-    return heavy_first(tile_config(head_dim, dtype, torch.device("cuda")), dict(flags)["SAME_BUCKET"])
+def _gluon_flags(dtype: torch.dtype, head_dim: int, flags, single_loop: bool) -> dict:
+    """A Gluon kernel's flags as op._flags gives them to a group under the head dim's own
+    configuration: the predicates, ``SINGLE_LOOP`` and ``HEAVY_FIRST`` (op.heavy_first)."""
+    flags = dict(flags)
+    order = heavy_first(tile_config(head_dim, dtype, torch.device("cuda")), flags["SAME_BUCKET"])
+    return {**flags, "SINGLE_LOOP": single_loop, "HEAVY_FIRST": order}
 
 
 def compile_gluon_dkdv(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str, bool], ...], per_query_head: bool,
@@ -399,13 +406,10 @@ def compile_gluon_dkdv(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str
     ``config``, a ``gluon_dkdv.WsConfig``, or the head dim's own)."""
     from . import gluon_dkdv
 
-    cfg = config or gluon_dkdv.ws_config(head_dim)
-    const = dict(DKV_PER_QUERY_HEAD=per_query_head, HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=64, MAX_SEG=16,
-                 **dict(flags), HEAVY_FIRST=_gluon_heavy_first(dtype, head_dim, flags), SINGLE_LOOP=single_loop,
-                 STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4)
+    const = gluon_dkdv.launch_constants(config or gluon_dkdv.ws_config(head_dim), head_dim, per_query_head, 16,
+                                        _gluon_flags(dtype, head_dim, flags, single_loop))
     # per query head: fp32 buffers, summed into the kv heads after
-    return _compile_gluon(gluon_dkdv._attn_bwd_dkdv_ws, dtype, const, cfg.maxnreg,
-                          ("DK", "DV") if per_query_head else ())
+    return _compile_gluon(gluon_dkdv._attn_bwd_dkdv_ws, dtype, const, ("DK", "DV") if per_query_head else ())
 
 
 def compile_gluon_dq(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str, bool], ...], single_loop: bool,
@@ -414,11 +418,9 @@ def compile_gluon_dq(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str, 
     a ``gluon_dq.DqConfig``, or the head dim's own)."""
     from . import gluon_dq
 
-    cfg = config or gluon_dq.dq_config(head_dim)
-    const = dict(HEAD_DIM=head_dim, BLOCK_M=gluon_dq.BLOCK_M, BLOCK_N=cfg.block_n, MAX_SEG=16, **dict(flags),
-                 HEAVY_FIRST=_gluon_heavy_first(dtype, head_dim, flags), SINGLE_LOOP=single_loop, STAGES=cfg.stages,
-                 COMPUTE_REGS=cfg.regs, num_warps=4)
-    return _compile_gluon(gluon_dq._attn_bwd_dq_ws, dtype, const, cfg.maxnreg)
+    const = gluon_dq.launch_constants(config or gluon_dq.dq_config(head_dim), head_dim, 16,
+                                      _gluon_flags(dtype, head_dim, flags, single_loop))
+    return _compile_gluon(gluon_dq._attn_bwd_dq_ws, dtype, const)
 
 
 def compile_gluon_fwd(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str, bool], ...], single_loop: bool,
@@ -427,11 +429,9 @@ def compile_gluon_fwd(dtype: torch.dtype, head_dim: int, flags: tuple[tuple[str,
     ``config``, a ``gluon_fwd.FwdConfig``, or the head dim's own)."""
     from . import gluon_fwd
 
-    cfg = config or gluon_fwd.fwd_config(head_dim)
-    const = dict(HEAD_DIM=head_dim, BLOCK_M=gluon_fwd.BLOCK_M, BLOCK_N=cfg.block_n, MAX_SEG=16, **dict(flags),
-                 HEAVY_FIRST=_gluon_heavy_first(dtype, head_dim, flags), SINGLE_LOOP=single_loop, STAGES=cfg.stages,
-                 COMPUTE_REGS=cfg.regs, num_warps=4)
-    return _compile_gluon(gluon_fwd._attn_fwd_ws, dtype, const, cfg.maxnreg)
+    const = gluon_fwd.launch_constants(config or gluon_fwd.fwd_config(head_dim), head_dim, 16,
+                                       _gluon_flags(dtype, head_dim, flags, single_loop))
+    return _compile_gluon(gluon_fwd._attn_fwd_ws, dtype, const)
 
 
 def index_variants() -> list[tuple[str, dict]]:

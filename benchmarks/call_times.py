@@ -41,7 +41,9 @@ manager that turns it off; ``index-pool``: index buffers lent per call, ``backen
 ``bound-hash``: the ``lsh`` hashing launch bound once per signature, ``backends/triton/hashing.py``;
 ``local-sanitize``: the Triton forward at D <= 64 sanitizing in its own launch (on calls of
 at most 4,096 keys: longer ones launch the pair either way); ``folded-poison``: given ids'
-poison folded into the Triton forward's stored output and lse, ``tilesparse/execute.py``; and, from
+poison folded into the Triton forward's stored output and lse, ``tilesparse/execute.py``;
+``dense-heads``: a PerHead's dense heads fused into a group built by the index build's sort
+launch itself (not from decisions copied and filled every call), ``backends/triton/index.py``; and, from
 :data:`ENABLES`, a change not taken: ``merged-sanitize``, the backward's two sanitizing
 variants in one launch; both ``backends/triton/nonfinite.py``):
 every round times each mode both ways, which goes first alternating by round, the modes with
@@ -80,7 +82,7 @@ from tilesparse.backends.triton.features import unbound_features  # noqa: E402
 from tilesparse.backends.triton.hashing import unbound_hashing  # noqa: E402
 from tilesparse.backends.triton.nonfinite import merged_sanitize, sanitize_in_pairs  # noqa: E402
 from tilesparse.decide import unbound_decide  # noqa: E402
-from tilesparse.execute import unfolded_poison  # noqa: E402
+from tilesparse.execute import filled_dense_heads, unfolded_poison  # noqa: E402
 from tilesparse.patterns.decision_errors import unbound_checks  # noqa: E402
 from tilesparse.bench.timing import host_us, sync, synchronized_ms, time_call  # noqa: E402
 
@@ -95,16 +97,16 @@ BASE = {"fwd_decide_nograd": "fwd", "fwd_bwd_decide": "fwd_bwd", "fwd_checked": 
 # that turns it off
 SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort, "bound-decide": unbound_decide,
             "bound-checks": unbound_checks, "bound-features": unbound_features, "bound-hash": unbound_hashing,
-            "local-sanitize": sanitize_in_pairs, "folded-poison": unfolded_poison}
+            "local-sanitize": sanitize_in_pairs, "folded-poison": unfolded_poison, "dense-heads": filled_dense_heads}
 # --ab NAME for a change not taken yet (off unless asked for): the context manager that turns it on
 ENABLES = {"merged-sanitize": merged_sanitize}
 
 
 def ab_arms(name: str | None):
     """``turned(off)`` for the --ab change ``name``: the context in which it is off (``off``)
-    or on; None without a change."""
+    or on; without a change, a context that changes nothing."""
     if name is None:
-        return None
+        return lambda off: contextlib.nullcontext()
     if name in SWITCHES:
         return lambda off: SWITCHES[name]() if off else contextlib.nullcontext()
     return lambda off: contextlib.nullcontext() if off else ENABLES[name]()
@@ -194,7 +196,7 @@ def run(args) -> None:
         rows.update(calls_of(shape, args.patterns.split(",")))
     t0 = time.perf_counter()
     turned = ab_arms(args.ab)
-    both = (False,) if turned is None else (False, True)  # the --ab change on, then off
+    both = (False,) if args.ab is None else (False, True)  # the --ab change on, then off
 
     for fns in rows.values():  # compile and warm up every call (with the --ab change off too) before taking a turn
         for off in both:

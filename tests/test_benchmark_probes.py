@@ -62,7 +62,8 @@ def test_call_times_times_every_mode_of_every_row_in_each_round_and_merges(tmp_p
 
 def test_ab_arms_turn_a_taken_change_off_and_a_new_one_on(monkeypatch):
     """``call_times.ab_arms``: an --ab change from ``SWITCHES`` (taken) is on outside its
-    context manager and off inside; one from ``ENABLES`` (not taken yet) the other way round."""
+    context manager and off inside; one from ``ENABLES`` (not taken yet) the other way round;
+    without a change, neither (run() enters it for every mode: run 200 found it None there)."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import call_times
 
@@ -79,4 +80,7 @@ def test_ab_arms_turn_a_taken_change_off_and_a_new_one_on(monkeypatch):
         assert buffers._OFF[0]
     with turned(False):
         assert not buffers._OFF[0]
-    assert call_times.ab_arms(None) is None
+    turned = call_times.ab_arms(None)  # without --ab: contexts that change nothing, either way
+    for off in (False, True):
+        with turned(off):
+            assert not buffers._OFF[0] and not nonfinite._MERGED[0]

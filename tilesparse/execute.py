@@ -37,7 +37,10 @@ from .patterns import Decisions
 from .planner import Plan, Step
 from .planner.plan import STEP_KINDS
 
-__all__ = ["Execution", "bound_steps", "execute", "keep_from_second_call", "unfolded_poison", "with_dense_heads"]
+__all__ = [
+    "Execution", "bound_steps", "execute", "filled_dense_heads", "keep_from_second_call", "unfolded_poison",
+    "with_dense_heads",
+]
 
 
 @dataclass
@@ -67,12 +70,20 @@ BoundStep = Callable[[AttentionInputs, Execution, Decide], None]
 
 _BOUND_SIGNATURES = 32  # signatures kept per plan (sizes that change every call rebind every call)
 _UNFOLDED = [False]  # unfolded_poison() in force
+_FILLED = [False]  # filled_dense_heads() in force
 
 
 def unfolded_poison() -> contextlib.AbstractContextManager[None]:
     """Inside the block no attend step folds the call's poison into its output: the call
     multiplies the output by it, as before ``Backend.FOLDS_POISON`` (to A/B time the two)."""
     return switched_on(_UNFOLDED)
+
+
+def filled_dense_heads() -> contextlib.AbstractContextManager[None]:
+    """Inside the block a PerHead's dense heads fused into a group are built from decisions
+    filled every call (:func:`with_dense_heads`, two copies and fills a call), as before their
+    builder built them itself (``IndexBuilder.binds_dense_heads``: to A/B time the two)."""
+    return switched_on(_FILLED)
 
 
 def execute(
@@ -129,7 +140,11 @@ def _bind_decide(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
 def _bind_index(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
     i = step.group
     a = plan.assignments[i]
-    build = a.builder.bind(plan.program, a.group, a.heads, inputs)
+    # a PerHead's dense heads fused into the group: built so by the builder where it can, else
+    # their decisions filled so every call (with_dense_heads)
+    native = bool(a.dense_heads) and a.builder.binds_dense_heads(inputs)
+    build = a.builder.bind(plan.program, a.group, a.heads, inputs, **({"dense_heads": a.dense_heads} if native else {}))
+    filled: list = []  # the build of filled decisions, bound on first use (filled_dense_heads())
     # the build that hashes the call's buckets first, bound likewise (decisions made in the call)
     build_hashing = a.builder.bind_hashing(plan.program, a.group, a.heads, inputs) if a.fused_hash else None
 
@@ -139,7 +154,12 @@ def _bind_index(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
             ex.prepared[i] = build_hashing(ex.decisions, inputs, lsh)
             return
         _hash_deferred(ex, inputs)  # the buckets this build reads, hashed first
-        ex.prepared[i] = build(with_dense_heads(ex.decisions, a.dense_heads), inputs)
+        if native and not _FILLED[0]:
+            ex.prepared[i] = build(ex.decisions, inputs)
+            return
+        if native and not filled:
+            filled.append(a.builder.bind(plan.program, a.group, a.heads, inputs))
+        ex.prepared[i] = (filled[0] if native else build)(with_dense_heads(ex.decisions, a.dense_heads), inputs)
 
     return run
 

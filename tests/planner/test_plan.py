@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import tilesparse as ts
 from tilesparse.backends import BUILDERS, REGISTRY, Backend, HashingBuilder
 from tilesparse.backends.base import select_heads
+from tilesparse.execute import filled_dense_heads
 from tilesparse.ir import DotScore, FeatureDotScore, check_inputs, lower
 from tilesparse.planner import CostTable, make_plan
 from tilesparse.patterns import criteria
@@ -154,6 +155,33 @@ def test_per_head_plans_run_exactly(costs, monkeypatch):
     plan = attn.plan(q, k, v)
     assert len(plan.assignments) == (2 if costs == "separate" else 1)
     dec = attn.decide(q, k, generator=torch.Generator().manual_seed(0))
+    assert_equivalent(attn, q, k, v, decisions=dec)
+
+
+def test_fused_dense_heads_built_by_the_triton_sort_as_from_filled_decisions(monkeypatch):
+    """The Triton builder builds a PerHead's fused dense heads itself (a flag its sort launch
+    reads): the same output and gradients, bit for bit, as the build of decisions filled every
+    call (filled_dense_heads(), the path of a builder that cannot); with a keep predicate and a
+    bucket one, and the fill's copies gone from the call (two torch ops fewer)."""
+    monkeypatch.setattr(plan_module, "default_costs", lambda: table({"triton": entry(0.0, 0.001, floor=1.0, skips=True)}))
+    spec = ts.PerHead(dense_heads=[0, 2], rest=ts.Hybrid(parts=[ts.Hash(buckets=3), ts.QKDrop(keep=0.6)]))
+    attn = ts.compile(spec, backend="triton")
+    q, k, v = (torch.randn(1, 4, 70, 16, requires_grad=True) for _ in range(3))
+    (a,) = attn.plan(q, k, v).assignments
+    assert a.dense_heads == (0, 2) and a.builder.binds_dense_heads(check_inputs(q, k, v))
+    dec = attn.decide(q, k, generator=torch.Generator().manual_seed(0))
+    go = torch.randn_like(q)
+
+    def run():
+        out = attn(q, k, v, decisions=dec)
+        return (out, *torch.autograd.grad(out, (q, k, v), go))
+
+    with mock.patch.object(torch.Tensor, "index_fill", side_effect=AssertionError("filled")):
+        native = run()
+    with filled_dense_heads():
+        filled = run()
+    for x, y in zip(native, filled, strict=True):
+        assert torch.equal(x, y)
     assert_equivalent(attn, q, k, v, decisions=dec)
 
 

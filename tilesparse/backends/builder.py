@@ -65,8 +65,15 @@ class IndexBuilder(ABC):
     ) -> Callable[[object, AttentionInputs], PreparedGroup]:
         """:meth:`build` for every call with the signature of ``inputs`` (sizes, dtype, device):
         a builder works out here what those calls share (buffer layouts, grids, constants),
-        once. By default :meth:`build` itself."""
+        once. By default :meth:`build` itself. A builder that :meth:`binds_dense_heads` also
+        takes ``dense_heads=``: query heads among ``heads`` to build as if their decisions kept
+        every token in bucket 0 (a PerHead's dense heads fused into the group), without the
+        caller filling their decisions so first (``tilesparse.execute.with_dense_heads``)."""
         return lambda decisions, inputs: self.build(program, group, heads, decisions, inputs)
+
+    def binds_dense_heads(self, inputs: AttentionInputs) -> bool:
+        """Whether :meth:`bind` takes ``dense_heads=`` for calls of ``inputs``' signature."""
+        return False
 
     def __repr__(self) -> str:
         return f"<index builder {self.NAME}>"

@@ -48,6 +48,7 @@ __all__ = [
     "assemble_group",
     "copy_group",
     "feature_supports",
+    "head_flags",
     "head_index",
     "head_slots",
     "head_map",
@@ -280,6 +281,13 @@ def head_map(heads: tuple[int, ...], device: torch.device) -> Tensor:
     """The group's query heads as an int32 device tensor (kept: one upload per group, outside
     any CUDA graph pool; see ``patterns.device_constants``)."""
     return device_constant(tuple(heads), torch.int32, torch.device(device))
+
+
+def head_flags(heads: tuple[int, ...], flagged: tuple[int, ...], batch: int, device: torch.device) -> Tensor:
+    """int32 (batch * len(heads),): 1 at each (batch, head) whose query head is in ``flagged``,
+    else 0, batch slowest (kept, as :func:`head_map`)."""
+    row = tuple(int(h in flagged) for h in heads)
+    return device_constant(row * batch, torch.int32, torch.device(device))
 
 
 def head_slots(heads: tuple[int, ...], n_heads: int, device: torch.device) -> Tensor:

@@ -7,10 +7,14 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilesparse.backends.triton.index import build_group, separate_sort
+import tilesparse as ts
+from tilesparse.backends.triton.index import bind_group, build_group, separate_sort
+from tilesparse.execute import with_dense_heads
+from tilesparse.ir import AttentionInputs, lower
 from tilesparse.testing import decisions, specs
 from tilesparse.testing import index as testing_index
 
@@ -96,3 +100,33 @@ def monkeypatch_chunks():
     yield
     index._ONE_HOT_ROWS, index._SORT_ROWS, index._SCAN_TILE, index._COUNT_ROWS = old
     index._static.cache_clear()
+
+
+@settings(max_examples=8)
+@given(data=st.data(), T=st.integers(1, 80), causal=st.booleans(), fused_sort=st.booleans())
+def test_dense_heads_built_by_the_sort_launch(data, T, causal, fused_sort, monkeypatch_chunks):
+    """A PerHead's dense heads fused into a group (``bind_group(..., dense_heads=...)``: a flag the
+    sort's launch reads) give the tensors of the same build on decisions filled so (every token
+    kept, bucket 0: ``execute.with_dense_heads``), with the keys and scatter in one launch or
+    apart; and a head not among the group's is refused by name."""
+    B, H = data.draw(st.integers(1, 2)), 3
+    shape = (B, H, T, 16)
+    keep, buckets = data.draw(st.floats(0.1, 0.9)), data.draw(st.integers(1, 40))
+    hash_, drop = ts.Hash(buckets=buckets), ts.QKDrop(keep=keep)
+    spec = data.draw(st.sampled_from([drop, hash_, ts.Hybrid(parts=[hash_, drop])]))  # keep, bucket, both
+    dec = data.draw(decisions(spec, shape))
+    dense = tuple(sorted(data.draw(st.sets(st.integers(0, H - 1), min_size=1, max_size=H))))
+    x = torch.zeros(()).expand(shape)
+    inputs = AttentionInputs(x, x, x, scale=1.0)
+    program = lower(spec, causal=causal, block_q=16, block_k=16)
+    (group,) = program.groups
+    heads = tuple(range(H))
+    with contextlib.ExitStack() as stack:
+        if not fused_sort:
+            stack.enter_context(separate_sort())
+        want = bind_group(program, group, heads, inputs)(with_dense_heads(dec, dense), inputs)
+        got = bind_group(program, group, heads, inputs, dense)(dec, inputs)
+        for name in testing_index.INDEX_FIELDS:
+            assert torch.equal(getattr(want, name), getattr(got, name)), name
+    with pytest.raises(ValueError, match=r"dense_heads \[3\] are not among the group's heads \[0, 1\]"):
+        bind_group(program, group, (0, 1), inputs, (3,))

@@ -42,13 +42,22 @@ class TritonBuilder(HashingBuilder):
             return BUILDERS["torch"].build(program, group, heads, decisions, inputs)
         return build_group(program, group, heads, decisions, inputs)
 
-    def bind(self, program: Program, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs) -> Callable:
-        """:meth:`build` with the buffer layout, grids and constants of ``inputs``' sizes worked out once."""
+    def bind(
+        self, program: Program, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs,
+        dense_heads: tuple[int, ...] = (),
+    ) -> Callable:
+        """:meth:`build` with the buffer layout, grids and constants of ``inputs``' sizes worked
+        out once; ``dense_heads`` built by the sort's launch itself (``index.bind_group``)."""
         from .index import bind_group
 
         if inputs.q_len != inputs.k_len:
+            if dense_heads:
+                raise ValueError("dense_heads: the torch build of queries shorter than keys takes none")
             return BUILDERS["torch"].bind(program, group, heads, inputs)
-        return bind_group(program, group, heads, inputs)
+        return bind_group(program, group, heads, inputs, dense_heads)
+
+    def binds_dense_heads(self, inputs: AttentionInputs) -> bool:
+        return inputs.q_len == inputs.k_len
 
     def hash_reasons(self, inputs: AttentionInputs, buckets: int) -> list[str]:
         reasons = triton_reasons(inputs)

@@ -48,7 +48,7 @@ from ...ir import (
     SameBucket,
     max_segments,
 )
-from ...ir.prepare import assemble_group, copy_group, feature_supports, head_map, select_heads
+from ...ir.prepare import assemble_group, copy_group, feature_supports, head_flags, head_map, select_heads
 from ..buffers import BufferPool
 from ..switch import switched_on
 from .features import unbound_features_on
@@ -63,10 +63,12 @@ _KEY_PAST_END = tl.constexpr(2**31 - 1)
 
 
 @triton.jit
-def _chunk_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, base, rows, ok, side, seqlen, big,
-                HAS_KEEP: tl.constexpr, HAS_BUCKET: tl.constexpr, N_CAT: tl.constexpr):
+def _chunk_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, DENSE, bh, base, rows, ok, side, seqlen, big,
+                HAS_KEEP: tl.constexpr, HAS_BUCKET: tl.constexpr, HAS_DENSE: tl.constexpr, N_CAT: tl.constexpr):
     """Sort keys and categories of rows ``rows`` of one side: bucket * T + position, or big +
-    position when dropped; the bucket, or ``N_CAT - 1`` when dropped."""
+    position when dropped; the bucket, or ``N_CAT - 1`` when dropped. HAS_DENSE: where
+    ``DENSE[bh]`` is set (a PerHead's dense head fused into the group) every row is kept in
+    bucket 0, as if its decisions said so."""
     key = rows
     cat = tl.zeros_like(rows)
     if HAS_BUCKET:
@@ -83,13 +85,17 @@ def _chunk_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, base, rows, ok, side, seqlen, big,
             keep = tl.load(K_KEEP + base + rows, mask=ok, other=0)
         key = tl.where(keep != 0, key, big + rows)
         cat = tl.where(keep != 0, cat, N_CAT - 1)
+    if HAS_DENSE:
+        dense = tl.load(DENSE + bh) != 0
+        key = tl.where(dense, rows, key)
+        cat = tl.where(dense, 0, cat)
     return key, cat
 
 
 @triton.jit(do_not_specialize=["seqlen", "big", "n_chunks"])
-def _sort_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, KEYS, COUNTS, seqlen, big, n_chunks,
+def _sort_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, DENSE, KEYS, COUNTS, seqlen, big, n_chunks,
                HAS_KEEP: tl.constexpr, HAS_BUCKET: tl.constexpr, N_CAT: tl.constexpr, CAT_PAD: tl.constexpr,
-               BLOCK: tl.constexpr):
+               BLOCK: tl.constexpr, HAS_DENSE: tl.constexpr = False):
     """Sort keys of one chunk of one side (:func:`_chunk_keys`), and the chunk's count of rows
     per category (bucket; ``N_CAT - 1``: dropped)."""
     pid = tl.program_id(0)
@@ -99,7 +105,8 @@ def _sort_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, KEYS, COUNTS, seqlen, big, n_chunks
     base = bh.to(tl.int64) * seqlen
     rows = pid * BLOCK + tl.arange(0, BLOCK)
     ok = rows < seqlen
-    key, cat = _chunk_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, base, rows, ok, side, seqlen, big, HAS_KEEP, HAS_BUCKET, N_CAT)
+    key, cat = _chunk_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, DENSE, bh, base, rows, ok, side, seqlen, big,
+                           HAS_KEEP, HAS_BUCKET, HAS_DENSE, N_CAT)
     tl.store(KEYS + (side * n_bh).to(tl.int64) * seqlen + base + rows, key, mask=ok)
     counts = tl.histogram(cat, CAT_PAD, mask=ok)
     tl.store(COUNTS + ((side * n_bh + bh).to(tl.int64) * n_chunks + pid) * CAT_PAD + tl.arange(0, CAT_PAD), counts)
@@ -156,9 +163,10 @@ def _scatter_sorted(KEYS, OFFSETS, SKEY, ORDER, seqlen, big, n_chunks,
 
 
 @triton.jit(do_not_specialize=["seqlen", "big"])
-def _sort_scatter(Q_KEEP, K_KEEP, Q_BKT, K_BKT, SKEY, ORDER, seqlen, big,
+def _sort_scatter(Q_KEEP, K_KEEP, Q_BKT, K_BKT, DENSE, SKEY, ORDER, seqlen, big,
                   HAS_KEEP: tl.constexpr, HAS_BUCKET: tl.constexpr, N_CAT: tl.constexpr, CAT_PAD: tl.constexpr,
-                  BLOCK: tl.constexpr, BY_SORT: tl.constexpr, COUNT_BLOCK: tl.constexpr):
+                  BLOCK: tl.constexpr, BY_SORT: tl.constexpr, COUNT_BLOCK: tl.constexpr,
+                  HAS_DENSE: tl.constexpr = False):
     """:func:`_sort_keys` and :func:`_scatter_sorted` in one launch, for sides of a few chunks
     (``_FUSED_SORT_ROWS``): each program computes its chunk's keys from the decisions and counts its
     side's rows per category itself, COUNT_BLOCK rows at a time (every row of the side, those
@@ -173,14 +181,15 @@ def _sort_scatter(Q_KEEP, K_KEEP, Q_BKT, K_BKT, SKEY, ORDER, seqlen, big,
     for c0 in range(0, seqlen, COUNT_BLOCK):
         rows = c0 + tl.arange(0, COUNT_BLOCK)
         ok = rows < seqlen
-        _, cat = _chunk_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, base, rows, ok, side, seqlen, big,
-                             HAS_KEEP, HAS_BUCKET, N_CAT)
+        _, cat = _chunk_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, DENSE, bh, base, rows, ok, side, seqlen, big,
+                             HAS_KEEP, HAS_BUCKET, HAS_DENSE, N_CAT)
         total += tl.histogram(cat, CAT_PAD, mask=ok)
         earlier += tl.histogram(cat, CAT_PAD, mask=ok & (rows < first))
     start = tl.cumsum(total, 0) - total + earlier
     rows = first + tl.arange(0, BLOCK)
     ok = rows < seqlen
-    key, cat = _chunk_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, base, rows, ok, side, seqlen, big, HAS_KEEP, HAS_BUCKET, N_CAT)
+    key, cat = _chunk_keys(Q_KEEP, K_KEEP, Q_BKT, K_BKT, DENSE, bh, base, rows, ok, side, seqlen, big,
+                           HAS_KEEP, HAS_BUCKET, HAS_DENSE, N_CAT)
     row_base = (side * tl.num_programs(1) + bh).to(tl.int64) * seqlen
     _scatter_chunk(key, cat, rows, ok, start, SKEY, ORDER, row_base, seqlen, big, N_CAT, CAT_PAD, BLOCK, BY_SORT)
 
@@ -558,21 +567,34 @@ def build_group(
 
 
 def bind_group(
-    program: Program, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs
+    program: Program, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs,
+    dense_heads: tuple[int, ...] = (),
 ) -> Callable[[object, AttentionInputs], PreparedGroup]:
     """:func:`build_group` for every call with the sizes and device of ``inputs``: the buffer's
     layout, the grids and the launches' constants are worked out here, once; a call takes a
-    buffer and its views from the build's pool (``backends/buffers.py``) and launches."""
+    buffer and its views from the build's pool (``backends/buffers.py``) and launches.
+
+    ``dense_heads`` (query heads among ``heads``: a PerHead's dense heads fused into the group)
+    are built as if their decisions kept every token in bucket 0 (``execute.with_dense_heads``),
+    by the sort's own launch: a per-(batch, head) flag kept on the device (``head_flags``,
+    made once), where the decisions would otherwise be copied and filled every call."""
     B, T, Hg, H, device = inputs.batch, inputs.seqlen, len(heads), inputs.heads, inputs.device
     st = _static(group, program.block_q, program.block_k, B, Hg, T)
     heads = tuple(heads)
     hmap = head_map(heads, device)
+    if bad := [h for h in dense_heads if h not in heads]:
+        raise ValueError(f"dense_heads {bad} are not among the group's heads {list(heads)}")
+    has_dense = bool(dense_heads) and not st.identity and (st.keep or st.has_bucket)
+    dense = head_flags(heads, tuple(dense_heads), B, device) if has_dense else None
     sort_keys, scan_counts, scatter_sorted, sort_scatter, build_sides = (
         lean(f) for f in (_sort_keys, _scan_counts, _scatter_sorted, _sort_scatter, _build_sides)
     )
     grid = (st.n_chunks, B * Hg, 2)
     sort = dict(N_CAT=st.n_cat, CAT_PAD=st.cat_pad, BLOCK=st.sort_block)
+    # HAS_DENSE only where set: every other build launches the sort as before
     keys_constants = dict(HAS_KEEP=st.keep, HAS_BUCKET=st.has_bucket, **sort)
+    if has_dense:
+        keys_constants["HAS_DENSE"] = True
     scan_constants = dict(CAT_PAD=st.cat_pad, CHUNKS=st.scan_chunks)
     scatter_constants = dict(**sort, FUSED_SCAN=st.fused_scan, CHUNKS_PAD=st.chunks_pad, BY_SORT=st.by_sort)
     sort_scatter_constants = dict(**keys_constants, BY_SORT=st.by_sort, COUNT_BLOCK=_COUNT_ROWS)
@@ -621,11 +643,12 @@ def bind_group(
             q_out, k_out = views[6:11], views[11:16]
             q_keep, k_keep = (sel(dec.q_keep), sel(dec.k_keep)) if st.keep else (keys, keys)
             q_bkt, k_bkt = (sel(dec.q_bucket), sel(dec.k_bucket)) if st.has_bucket else (keys, keys)
+            decided = (q_keep, k_keep, q_bkt, k_bkt, keys if dense is None else dense)  # DENSE read under HAS_DENSE
             # both sides' sorted keys and orders, from side 0's start
             if st.fused_sort and not _SEPARATE_SORT[0]:
-                sort_scatter[grid](q_keep, k_keep, q_bkt, k_bkt, skey0, order0, T, st.big, **sort_scatter_constants)
+                sort_scatter[grid](*decided, skey0, order0, T, st.big, **sort_scatter_constants)
             else:
-                sort_keys[grid](q_keep, k_keep, q_bkt, k_bkt, keys, counts, T, st.big, st.n_chunks, **keys_constants)
+                sort_keys[grid](*decided, keys, counts, T, st.big, st.n_chunks, **keys_constants)
                 if not st.fused_scan:
                     scan_counts[(2 * B * Hg,)](counts, st.n_chunks, **scan_constants)
                 scatter_sorted[grid](keys, counts, skey0, order0, T, st.big, st.n_chunks, **scatter_constants)

@@ -457,6 +457,10 @@ def index_variants() -> list[tuple[str, dict]]:
         for keep, bucket in ((True, False), (False, True), (True, True)):
             out.append(("_sort_scatter", dict(HAS_KEEP=keep, HAS_BUCKET=bucket, N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block,
                                               BY_SORT=index._by_sort(cat_pad), COUNT_BLOCK=index._COUNT_ROWS)))
+        if cat_pad == 32:  # a PerHead's dense heads fused into the group: their flag read by the sort's launch
+            both = dict(HAS_KEEP=True, HAS_BUCKET=True, N_CAT=n_cat, CAT_PAD=cat_pad, BLOCK=block, HAS_DENSE=True)
+            out.append(("_sort_keys", both))
+            out.append(("_sort_scatter", dict(**both, BY_SORT=index._by_sort(cat_pad), COUNT_BLOCK=index._COUNT_ROWS)))
     for d, buckets, fp32 in ((64, 15, False), (128, 63, False), (256, 255, False), (128, 63, True)):
         out.append(("_lsh_hash", hash_constexprs(d, buckets, fp32)))
     from .topk import topk_constexprs

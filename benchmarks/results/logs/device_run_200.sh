@@ -1,6 +1,5 @@
 #!/bin/bash
-# Prepared, not run yet (the session that wrote it had too little device time left to start a machine): when it
-# runs, rename it device_run_N.sh and its outputs' run200 to that run's number.
+# Written in one session (too little device time was left to start a machine) and run as run 200 in the next.
 # #12: every built-in pattern's calls at the two 4k shapes on this tree (the programs longest first, run 194), as run
 # 179 timed them (call_times.py: host from an idle GPU, back to back, synchronized; cuDNN and flash SDPA in the same
 # processes; 16 processes taking turns), forward and forward+backward with decisions given, 2 rounds of 40 calls.

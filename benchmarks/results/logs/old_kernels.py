@@ -4,6 +4,7 @@ time from the profiler."""
 
 import importlib.util
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def module_at(commit: str, path: str, package: str):
     target.write_text(src)
     spec = importlib.util.spec_from_file_location(target.stem, target)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # a dataclass of the module looks its module up there
     spec.loader.exec_module(mod)
     return mod
 

@@ -198,6 +198,13 @@ def _worker(rank: int, world: int, init_file: str, cases_file: str) -> None:
     # the call's own criteria, the same generator seed: the same decisions as decide() made
     sl, o, g = _run_sharded(sp, rank, world, q, k, v, go, generator=torch.Generator().manual_seed(1000 + rank))
     _check(f"P={world} criteria after the all-to-all", sl, [o, *g], [out, *grads], failures)
+    # the default group: the same results, and the op holds c10d's None for it, not the group's
+    # object (which would outlive destroy_process_group() in the op and in its autograd graph)
+    default = SequenceParallel(attn)
+    if default.group is not None:
+        failures.append(f"P={world}: SequenceParallel(attn) holds {default.group!r} for the default group")
+    sl, o, g = _run_sharded(default, rank, world, q, k, v, go, decisions=mine)
+    _check(f"P={world} the default group", sl, [o, *g], [out, *grads], failures)
 
     # a DeviceMesh dimension: the sequence-parallel dim of a (dp, sp) mesh, or the whole 1-D mesh
     shape = (2, world // 2) if world >= 4 else (world,)

@@ -90,7 +90,11 @@ class SequenceParallel:
                 f"attn must be a tilesparse CompiledAttention (tilesparse.compile(...)), got {type(attn).__name__}"
             )
         self.attn = attn
-        self.group = resolve_group(group)
+        resolved = resolve_group(group)  # checks torch.distributed and the group now
+        # the default group kept as None (c10d's own name for it), not as its object: an op that
+        # held it would keep it alive past destroy_process_group() to interpreter teardown,
+        # where gloo's worker threads can abort the process
+        self.group = None if group is None else resolved
         self._ops: dict[range, CompiledAttention] = {}
 
     def __repr__(self) -> str:

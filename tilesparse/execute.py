@@ -154,12 +154,12 @@ def _bind_index(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
             ex.prepared[i] = build_hashing(ex.decisions, inputs, lsh)
             return
         _hash_deferred(ex, inputs)  # the buckets this build reads, hashed first
-        if native and not _FILLED[0]:
-            ex.prepared[i] = build(ex.decisions, inputs)
-            return
-        if native and not filled:
-            filled.append(a.builder.bind(plan.program, a.group, a.heads, inputs))
-        ex.prepared[i] = (filled[0] if native else build)(with_dense_heads(ex.decisions, a.dense_heads), inputs)
+        if native and _FILLED[0]:
+            if not filled:
+                filled.append(a.builder.bind(plan.program, a.group, a.heads, inputs))
+            ex.prepared[i] = filled[0](with_dense_heads(ex.decisions, a.dense_heads), inputs)
+        else:
+            ex.prepared[i] = build(ex.decisions if native else with_dense_heads(ex.decisions, a.dense_heads), inputs)
 
     return run
 

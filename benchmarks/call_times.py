@@ -43,7 +43,9 @@ manager that turns it off; ``index-pool``: index buffers lent per call, ``backen
 at most 4,096 keys: longer ones launch the pair either way); ``folded-poison``: given ids'
 poison folded into the Triton forward's stored output and lse, ``tilesparse/execute.py``;
 ``dense-heads``: a PerHead's dense heads fused into a group built by the index build's sort
-launch itself (not from decisions copied and filled every call), ``backends/triton/index.py``; and, from
+launch itself (not from decisions copied and filled every call), ``backends/triton/index.py``;
+``fixed-args``: the attention and index launches handed a kept group's index tensors as one
+``launch.Fixed`` block, read once, ``backends/triton/launch.py``; and, from
 :data:`ENABLES`, a change not taken: ``merged-sanitize``, the backward's two sanitizing
 variants in one launch; both ``backends/triton/nonfinite.py``):
 every round times each mode both ways, which goes first alternating by round, the modes with
@@ -80,6 +82,7 @@ from tilesparse.backends.buffers import unpooled  # noqa: E402
 from tilesparse.backends.triton.index import separate_sort  # noqa: E402
 from tilesparse.backends.triton.features import unbound_features  # noqa: E402
 from tilesparse.backends.triton.hashing import unbound_hashing  # noqa: E402
+from tilesparse.backends.triton.launch import inline_fixed  # noqa: E402
 from tilesparse.backends.triton.nonfinite import merged_sanitize, sanitize_in_pairs  # noqa: E402
 from tilesparse.decide import unbound_decide  # noqa: E402
 from tilesparse.execute import filled_dense_heads, unfolded_poison  # noqa: E402
@@ -97,7 +100,8 @@ BASE = {"fwd_decide_nograd": "fwd", "fwd_bwd_decide": "fwd_bwd", "fwd_checked": 
 # that turns it off
 SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort, "bound-decide": unbound_decide,
             "bound-checks": unbound_checks, "bound-features": unbound_features, "bound-hash": unbound_hashing,
-            "local-sanitize": sanitize_in_pairs, "folded-poison": unfolded_poison, "dense-heads": filled_dense_heads}
+            "local-sanitize": sanitize_in_pairs, "folded-poison": unfolded_poison, "dense-heads": filled_dense_heads,
+            "fixed-args": inline_fixed}
 # --ab NAME for a change not taken yet (off unless asked for): the context manager that turns it on
 ENABLES = {"merged-sanitize": merged_sanitize}
 

@@ -27,7 +27,7 @@ tiles are exactly the non-empty ones when each block holds one segment per bucke
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -82,6 +82,9 @@ class PreparedGroup:
     flags        the call's two non-finite flags, (1,) int32 each (the forward pass's, the
                  backward pass's), zeroed by a build that writes them (Triton's), else None
                  (the attention step zeroes flags of its own)
+    fixed_args   a dict where the group's tensors are views a build keeps and lends again (the
+                 Triton build's): the attention backend keeps there what it reads of them once
+                 (launch.Fixed blocks), shared by every copy of the kept group; None otherwise
     ============ ================= ==========================================================
 
     The dense mask it stands for, rebuilt from these tensors (what :meth:`to_dense` does)::
@@ -113,6 +116,7 @@ class PreparedGroup:
     q_support: Tensor | None = None
     k_support: Tensor | None = None
     flags: tuple[Tensor, Tensor] | None = None
+    fixed_args: dict | None = field(default=None, repr=False)
 
     q_len = tensor_size("q_order", 2, "Tq, the query rows (``seqlen`` is Tk, the key rows).")
     k_len = tensor_size("k_order", 2)
@@ -236,12 +240,19 @@ _SIDE_FIELDS = ("order", "pos", "bucket", "ranges", "nseg")
 def copy_group(g: PreparedGroup, **fields) -> PreparedGroup:
     """A new PreparedGroup holding ``g``'s fields (the same tensors) but ``fields``, made
     without ``__init__`` (0.5 us against :func:`assemble_group`'s 6.4 on a CPU): for a builder
-    that hands out the same views again (and a call's own feature supports)."""
+    that hands out the same views again (and a call's own feature supports). The copy shares
+    ``g.fixed_args`` unless ``fields`` replace a tensor the backend reads from it."""
     copy = object.__new__(PreparedGroup)
     copy.__dict__.update(g.__dict__)
     if fields:
+        if "fixed_args" not in fields and not fields.keys() <= _OUTSIDE_FIXED_ARGS:
+            fields = {**fields, "fixed_args": None}
         copy.__dict__.update(fields)
     return copy
+
+
+# fields the attention backend never reads through ``fixed_args``
+_OUTSIDE_FIXED_ARGS = frozenset({"q_support", "k_support"})
 
 
 def feature_supports(group: HeadGroup, hs: tuple[int, ...], dec, heads: int) -> dict:

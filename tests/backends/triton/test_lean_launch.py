@@ -14,7 +14,12 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from tilesparse.backends.triton.launch import LEAN_TRITON, OPTIONS, LeanKernel, arg_key, lean, lean_supported  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tilesparse.backends.triton.launch import (  # noqa: E402
+    LEAN_TRITON, OPTIONS, Fixed, LeanKernel, arg_key, expanded, interned, lean, lean_supported, prepared,
+)
 from tilesparse.backends.triton.versions import installed_triton  # noqa: E402
 
 from lean_launch_probe import OnCuda  # noqa: E402
@@ -249,3 +254,71 @@ def test_normal_launches_switches_the_lean_path_off_inside_the_block():
         k[(1,)](x, 5, 0.5, BLOCK=32)
     k[(1,)](x, 5, 0.5, BLOCK=32)
     assert [e[0] for e in fn.log] == ["normal", "normal", "lean"]
+
+
+# --- Fixed blocks: tensors read once, handed over as one argument ------------------------------
+
+
+def _cuda(*shapes_and_dtypes):
+    return [torch.zeros(n, dtype=d).as_subclass(OnCuda) for n, d in shapes_and_dtypes]
+
+
+@given(
+    before=st.integers(0, 3), inside=st.integers(1, 4), after=st.integers(0, 2), scalars=st.integers(0, 3),
+    trailing_tensor=st.booleans(), two_blocks=st.booleans(), offset=st.sampled_from([0, 1]),
+    dtype=st.sampled_from([torch.float32, torch.int32, torch.bfloat16]),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_fixed_block_hands_the_launcher_what_its_tensors_would(
+    before, inside, after, scalars, trailing_tensor, two_blocks, offset, dtype
+):
+    """Any layout (tensors before, between and after one or two blocks, scalars, a tensor after
+    the scalars), any dtype and alignment: the launcher's arguments equal the tensors' own, and
+    the key is a function of what Triton specializes on (equal for equal dtypes, alignment and
+    scalar keys; unequal where the block's dtype or alignment differs)."""
+    base = torch.zeros(64, dtype=dtype).as_subclass(OnCuda)
+    head = _cuda(*[(8, torch.float32)] * before)
+    block = [base[offset + 4 * i :][:4] for i in range(inside)]
+    mid = _cuda(*[(8, torch.float16)] * after)
+    block2 = _cuda(*[(4, torch.int32)] * 2) if two_blocks else []
+    tail = list(range(3, 3 + scalars)) + (_cuda((8, torch.float32)) if trailing_tensor else [])
+    plain = (*head, *block, *mid, *block2, *tail)
+    packed = (*head, Fixed(block), *mid, *((Fixed(block2),) if two_blocks else ()), *tail)
+    key_plain, run_plain = prepared(plain)
+    key_fixed, run_fixed = prepared(packed)
+    assert run_fixed == run_plain
+    assert expanded(packed) == plain
+    # another block of other tensors with the same dtypes and alignment: the same key
+    other = torch.zeros(64, dtype=dtype).as_subclass(OnCuda)
+    again = (*head, Fixed([other[offset + 4 * i :][:4] for i in range(inside)]), *mid,
+             *((Fixed(_cuda(*[(4, torch.int32)] * 2)),) if two_blocks else ()), *tail)  # fmt: skip
+    assert prepared(again)[0] == key_fixed
+    # a block of another dtype, or misaligned where this one was aligned: another key
+    swapped = torch.float16 if dtype != torch.float16 else torch.float32
+    moved = torch.zeros(64, dtype=swapped).as_subclass(OnCuda)
+    retyped = (*head, Fixed([moved[offset + 4 * i :][:4] for i in range(inside)]), *packed[before + 1 :])
+    assert prepared(retyped)[0] != key_fixed
+    if offset == 0 and dtype == torch.float32:
+        skewed = (*head, Fixed([base[1 + 4 * i :][:4] for i in range(inside)]), *packed[before + 1 :])
+        assert prepared(skewed)[0] != key_fixed
+
+
+def test_a_fixed_block_compiles_from_its_tensors_and_launches_their_addresses():
+    fn = _Kernel(names=("X", "A", "B", "n", "BLOCK"), constexprs=(4,))
+    k = _lean(fn)
+    x, a, b = _cuda((8, torch.float32), (8, torch.int32), (8, torch.int32))
+    block = Fixed([a, b])
+    k[(1,)](x, block, 5, BLOCK=32)
+    k[(1,)](x, block, 5, BLOCK=32)
+    assert fn.log[0][2] == (x, a, b, 5)  # the miss: Triton's own launch, of the tensors
+    kind, got = fn.log[1]
+    assert kind == "lean" and got[9:] == (x.data_ptr(), a.data_ptr(), b.data_ptr(), 5, 32)
+    with pytest.raises(TypeError, match="takes 4 runtime arguments, got 3"):
+        k[(1,)](Fixed([a, b]), 5, BLOCK=16)  # the arity counts the block's tensors
+    with pytest.raises(TypeError, match="Fixed holds tensors only"):
+        Fixed([a, 3])
+
+
+def test_interned_keys_are_one_int_per_distinct_key():
+    assert interned(("a", 1)) == interned(("a", 1)) != interned(("a", 2))
+    assert isinstance(interned(("b",)), int)

@@ -52,7 +52,7 @@ from ...ir.prepare import assemble_group, copy_group, feature_supports, head_fla
 from ..buffers import BufferPool
 from ..switch import switched_on
 from .features import unbound_features_on
-from .launch import lean
+from .launch import Fixed, fixed_on, lean
 from .op import predicate_flags
 
 __all__ = ["bind_group", "build_group", "index_build_reasons", "separate_sort"]
@@ -616,7 +616,7 @@ def bind_group(
         # every index tensor is a view of one int32 buffer, lent by the pool (buffers.py)
         entry = pool.take()
         try:
-            q_out, k_out, flag_pair = fill(entry[1], dec)
+            q_out, k_out, flag_pair = fill(entry[1], dec, entry[4])
             per_call = features and unbound_features_on()  # unbound_features(): assembled each call
             if entry[4] is not None and not per_call:
                 # the entry's views, flags and head map: made once (a feature group's supports: the call's)
@@ -624,15 +624,17 @@ def bind_group(
             else:
                 g = assemble_group(program, group, heads, dec, H, T, device, q_out, k_out, hmap=hmap, flags=flag_pair)
                 if not per_call:  # the entry keeps a copy, not the group it lends, nor the call's supports
-                    entry[4] = copy_group(g, q_support=None, k_support=None)
+                    entry[4] = copy_group(g, q_support=None, k_support=None, fixed_args={})
         except BaseException:
             pool.give_back(entry)
             raise
         pool.lend(entry, g)
         return g
 
-    def fill(views: list, dec) -> tuple:
-        """The launches of one build into ``views``: each side's five tensors and the flags."""
+    def fill(views: list, dec, made: PreparedGroup | None = None) -> tuple:
+        """The launches of one build into ``views``: each side's five tensors and the flags.
+        ``made``: the group the entry keeps (None before its first build), whose ``fixed_args``
+        keep the sides' launch arguments, all views of the entry's buffer, read once."""
         flags, flag_pair = views[-3], tuple(views[-2:])
         if st.identity:
             q_out, k_out = views[:5], views[5:10]
@@ -653,7 +655,14 @@ def bind_group(
                     scan_counts[(2 * B * Hg,)](counts, st.n_chunks, **scan_constants)
                 scatter_sorted[grid](keys, counts, skey0, order0, T, st.big, st.n_chunks, **scatter_constants)
             sides = (skey0, order0, skey1, order1)
-        build_sides[sides_grid](*sides, *q_out, *k_out, flags, *sides_scalars, **sides_constants)
+        kept = made.fixed_args if made is not None and fixed_on() else None
+        if kept is None:
+            build_sides[sides_grid](*sides, *q_out, *k_out, flags, *sides_scalars, **sides_constants)
+        else:
+            fixed = kept.get("sides")
+            if fixed is None:
+                fixed = kept["sides"] = Fixed((*sides, *q_out, *k_out, flags))
+            build_sides[sides_grid](fixed, *sides_scalars, **sides_constants)
         return q_out, k_out, flag_pair
 
     return build

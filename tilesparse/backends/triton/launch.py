@@ -45,7 +45,8 @@ from ..switch import switched_on
 from .versions import installed_triton
 
 __all__ = [
-    "LEAN_TRITON", "OPTIONS", "LeanKernel", "arg_key", "cdiv", "lean", "lean_supported", "normal_launches", "prepared",
+    "LEAN_TRITON", "OPTIONS", "Fixed", "LeanKernel", "arg_key", "cdiv", "expanded", "fixed_on", "inline_fixed", "interned", "lean",
+    "lean_supported", "normal_launches", "prepared",
 ]
 
 # (major, minor) of the Triton releases whose JITFunction.run / CompiledKernel.run this path
@@ -99,30 +100,74 @@ def _picker(ix: list[int]) -> Callable[[Sequence], tuple]:
     return itemgetter(*ix)
 
 
-class _Layout:
-    """Where the tensors and the scalars sit in an argument list of given types, and the keys
-    of the scalar tuples seen in that layout (a launch site passes the same sizes and strides
-    call after call: their key is one dictionary lookup)."""
+class Fixed:
+    """Tensors handed to many launches whose addresses and dtypes never change while this
+    object lives (the index build's views of the buffer it keeps, a kept head map): passed to a
+    launch as one argument in their place, their part of the key and their addresses are read
+    here once, where every launch would read each tensor's address, dtype and device again
+    (about 0.25 us a tensor on a CPU). Its owner must keep it no longer than the tensors keep
+    their storage (the build's entry holds both)."""
 
-    __slots__ = ("tensor_ix", "tensors", "scalars", "leading", "scalar_keys")
+    __slots__ = ("tensors", "key", "addresses")
+
+    def __init__(self, tensors: Sequence[Tensor]):
+        self.tensors = tuple(tensors)
+        if not all(isinstance(t, Tensor) for t in self.tensors):
+            raise TypeError(f"Fixed holds tensors only, got {[type(t).__name__ for t in self.tensors]}")
+        key, self.addresses = prepared(self.tensors)
+        self.key = interned(key)
+
+
+def expanded(args: Sequence) -> tuple:
+    """``args`` with each :class:`Fixed` replaced by its tensors (Triton's own launch)."""
+    if not any(type(a) is Fixed for a in args):
+        return tuple(args)
+    return tuple(t for a in args for t in (a.tensors if type(a) is Fixed else (a,)))
+
+
+class _Layout:
+    """Where the tensors, the :class:`Fixed` blocks and the scalars sit in an argument list of
+    given types, and the keys of the scalar tuples seen in that layout (a launch site passes the
+    same sizes and strides call after call: their key is one dictionary lookup)."""
+
+    __slots__ = ("tensor_ix", "tensors", "scalars", "leading", "scalar_keys", "fixed_ix", "fixed", "cuts", "single")
 
     def __init__(self, kinds: tuple[type, ...]):
         for k in kinds:
-            if not (issubclass(k, Tensor) or k in _SCALARS):
+            if not (issubclass(k, Tensor) or k is Fixed or k in _SCALARS):
                 raise TypeError(f"lean launch: argument of type {k.__name__} is not a tensor, int, float, bool or None")
         self.tensor_ix = [i for i, k in enumerate(kinds) if issubclass(k, Tensor)]
+        self.fixed_ix = [i for i, k in enumerate(kinds) if k is Fixed]
         self.tensors = _picker(self.tensor_ix)
-        self.scalars = _picker([i for i, k in enumerate(kinds) if not issubclass(k, Tensor)])
-        self.leading = self.tensor_ix == list(range(len(self.tensor_ix)))  # tensors first, then scalars
-        self.scalar_keys: dict[tuple, tuple] = {}
+        self.fixed = _picker(self.fixed_ix)
+        self.scalars = _picker([i for i, k in enumerate(kinds) if not (issubclass(k, Tensor) or k is Fixed)])
+        # tensors (and Fixed blocks) first, then scalars
+        self.leading = sorted(self.tensor_ix + self.fixed_ix) == list(range(len(self.tensor_ix) + len(self.fixed_ix)))
+        # per Fixed block: how many plain tensors come before it
+        self.cuts = [sum(1 for t in self.tensor_ix if t < f) for f in self.fixed_ix]
+        self.single = self.cuts[0] if self.leading and len(self.fixed_ix) == 1 else None
+        self.scalar_keys: dict[tuple, int] = {}
 
-    def scalar_key(self, scalars: tuple) -> tuple:
+    def scalar_key(self, scalars: tuple) -> int:
+        """The scalars' keys as one :func:`interned` int (hashed at once in every later key)."""
         key = self.scalar_keys.get(scalars)
         if key is None:
             if len(self.scalar_keys) >= _MEMO_MAX:
                 self.scalar_keys.clear()
-            key = self.scalar_keys[scalars] = tuple(map(_scalar_key, scalars))
+            key = self.scalar_keys[scalars] = interned(tuple(map(_scalar_key, scalars)))
         return key
+
+
+_INTERNED: dict[tuple, int] = {}
+
+
+def interned(key: tuple) -> int:
+    """One int per distinct ``key`` for the process's life (never reused): a key part that
+    hashes as fast as an int and compares equal exactly where the parts do."""
+    n = _INTERNED.get(key)
+    if n is None:
+        n = _INTERNED[key] = len(_INTERNED)
+    return n
 
 
 _LAYOUTS: dict[tuple[type, ...], _Layout] = {}
@@ -158,11 +203,37 @@ def prepared(args: Sequence) -> tuple[tuple, tuple]:
     key = (layout, tuple(map(_dtype, tensors)), aligned, layout.scalar_key(scalars))
     if not all(map(_on_cuda, tensors)):
         addresses = tuple(a if t.is_cuda else t for a, t in zip(addresses, tensors, strict=True))
+    if layout.fixed_ix:
+        return _with_fixed(layout, args, key, addresses, scalars)
     if layout.leading:
         return key, addresses + scalars
     run = list(args)
     for i, a in zip(layout.tensor_ix, addresses, strict=True):
         run[i] = a
+    return key, tuple(run)
+
+
+def _with_fixed(layout: _Layout, args: Sequence, key: tuple, addresses: tuple, scalars: tuple) -> tuple[tuple, tuple]:
+    """:func:`prepared`'s result where ``args`` hold :class:`Fixed` blocks: their keys join the
+    key, their addresses take their places."""
+    if layout.single is not None:  # one block among the leading tensors: the common case, in two slices
+        f = args[layout.fixed_ix[0]]
+        cut = layout.single
+        return (*key, f.key), addresses[:cut] + f.addresses + addresses[cut:] + scalars
+    fixed = layout.fixed(args)
+    key = (*key, *[f.key for f in fixed])
+    if layout.leading:
+        run = ()
+        start = 0
+        for cut, f in zip(layout.cuts, fixed, strict=True):
+            run += addresses[start:cut] + f.addresses
+            start = cut
+        return key, run + addresses[start:] + scalars
+    run = list(args)
+    for i, a in zip(layout.tensor_ix, addresses, strict=True):
+        run[i] = a
+    for i, f in zip(reversed(layout.fixed_ix), reversed(fixed), strict=True):
+        run[i : i + 1] = f.addresses
     return key, tuple(run)
 
 
@@ -237,7 +308,7 @@ class LeanKernel:
 
     def _normal(self, grid: tuple[int, ...], args: tuple, constants: dict):
         """Triton's own ``kernel[grid]`` launch (compiling on a miss), with :data:`OPTIONS`."""
-        return self.fn[grid](*args, **constants, **OPTIONS)
+        return self.fn[grid](*expanded(args), **constants, **OPTIONS)
 
     def launch(
         self, grid: tuple[int, ...], args: tuple, constants: dict, keyed: tuple[tuple, tuple] | None = None
@@ -254,8 +325,8 @@ class LeanKernel:
         key = (device, tuple(constants.items()), args_key)
         hit = self.cache.get(key)
         if hit is None:
-            if len(args) != self.n_runtime:  # checked here only: a hit's key holds the arity
-                raise TypeError(f"{self.fn.__name__} takes {self.n_runtime} runtime arguments, got {len(args)}")
+            if len(run_args) != self.n_runtime:  # checked here only: a hit's key holds the arity
+                raise TypeError(f"{self.fn.__name__} takes {self.n_runtime} runtime arguments, got {len(run_args)}")
             self.misses += 1
             compiled = self._normal(grid, args, constants)
             if hasattr(compiled, "result"):
@@ -271,6 +342,20 @@ class LeanKernel:
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
         run(g0, g1, g2, self._stream(device), function, metadata, None, None, None, *run_args, *tail)
+
+
+_INLINE = [False]  # inline_fixed() in force
+
+
+def inline_fixed():
+    """Inside the block the launch sites pass their tensors one by one, as before :class:`Fixed`
+    (A/B timing: ``call_times.py --ab fixed-args``)."""
+    return switched_on(_INLINE)
+
+
+def fixed_on() -> bool:
+    """Whether launch sites may pass :class:`Fixed` blocks (:func:`inline_fixed` not in force)."""
+    return not _INLINE[0]
 
 
 def normal_launches():

@@ -24,7 +24,7 @@ from ...ir import KEY_SENTINEL, HeadGroup, NotSelf, PreparedGroup, SameBucket
 from ..first_order import first_order_only
 from . import kernels
 from .gqa import sum_into_kv_heads
-from .launch import lean
+from .launch import Fixed, fixed_on, lean
 from .nonfinite import LOCAL_MAX_KEYS, launch_pair, merged_sanitize_on, new_flags
 
 __all__ = [
@@ -461,14 +461,34 @@ def _launch_fwd(
     Triton kernel itself, or after the warp-specialized one, which takes none, by two products."""
     folded = poison if fwd.unchanged is None else None
     launch_pair(
-        kernels._attn_fwd, fwd.grid, q, k, v, o, lse,
-        g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
+        kernels._attn_fwd, fwd.grid, q, k, v, o, lse, *_index_args(g, True, nonfinite),
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *fwd.scalars, folded,
         unchanged=fwd.unchanged, local=fwd.local, **fwd.constants,
     )  # fmt: skip
     if poison is not None and folded is None:
         o.mul_(poison)
         lse.mul_(poison)
+
+
+def _index_args(g: PreparedGroup, query_ranges: bool, flag: Tensor) -> tuple:
+    """The attention kernels' arguments from ``g`` (orders, positions and buckets of both sides,
+    the query side's ranges and segment counts or the key side's, the head map) and the pass's
+    non-finite ``flag``: one launch.Fixed read once per kept group where the build keeps ``g``'s
+    tensors and ``flag`` is one of its flags (``g.fixed_args``), else the tensors themselves."""
+    kept = g.fixed_args
+    if kept is not None and g.flags is not None and fixed_on():
+        which = 0 if flag is g.flags[0] else 1 if flag is g.flags[1] else None
+        if which is not None:
+            fixed = kept.get((query_ranges, which))
+            if fixed is None:
+                fixed = kept[(query_ranges, which)] = Fixed(_index_tensors(g, query_ranges, flag))
+            return (fixed,)
+    return _index_tensors(g, query_ranges, flag)
+
+
+def _index_tensors(g: PreparedGroup, query_ranges: bool, flag: Tensor) -> tuple:
+    ranges = (g.q_ranges, g.q_nseg) if query_ranges else (g.k_ranges, g.k_nseg)
+    return (g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, *ranges, g.head_map, flag)
 
 
 def _without_poison(launch: Callable) -> Callable:
@@ -514,8 +534,7 @@ class _SparseAttention(torch.autograd.Function):
         dq = torch.empty_like(q) if launches.full else torch.zeros_like(q)
         merged = merged_sanitize_on()  # both sanitizing variants in one launch, after the unchanged ones
         launch_pair(
-            kernels._attn_bwd_dq, dq_launch.grid, q, k, v, o, do, dq, lse, delta,
-            g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges, g.q_nseg, g.head_map, nonfinite,
+            kernels._attn_bwd_dq, dq_launch.grid, q, k, v, o, do, dq, lse, delta, *_index_args(g, True, nonfinite),
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
             *dq_launch.scalars, unchanged=dq_launch.unchanged, sanitize=not merged, **dq_launch.constants,
         )  # fmt: skip
@@ -526,8 +545,7 @@ class _SparseAttention(torch.autograd.Function):
             dk = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
             dv = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
         launch_pair(
-            kernels._attn_bwd_dkdv, dkdv_launch.grid, q, k, v, do, dk, dv, lse, delta,
-            g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.k_ranges, g.k_nseg, g.head_map, nonfinite,
+            kernels._attn_bwd_dkdv, dkdv_launch.grid, q, k, v, do, dk, dv, lse, delta, *_index_args(g, False, nonfinite),
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
             *dkdv_launch.scalars, unchanged=dkdv_launch.unchanged, sanitize=not merged, **dkdv_launch.constants,
         )  # fmt: skip

@@ -45,7 +45,9 @@ poison folded into the Triton forward's stored output and lse, ``tilesparse/exec
 ``dense-heads``: a PerHead's dense heads fused into a group built by the index build's sort
 launch itself (not from decisions copied and filled every call), ``backends/triton/index.py``;
 ``fixed-args``: the attention and index launches handed a kept group's index tensors as one
-``launch.Fixed`` block, read once, ``backends/triton/launch.py``; and, from
+``launch.Fixed`` block, read once, ``backends/triton/launch.py``; ``kept-identity``: an identity
+layout's index tensors built by a pool entry's first call only, later calls zeroing the
+non-finite flags with one fill, ``backends/triton/index.py``; and, from
 :data:`ENABLES`, a change not taken: ``merged-sanitize``, the backward's two sanitizing
 variants in one launch; both ``backends/triton/nonfinite.py``):
 every round times each mode both ways, which goes first alternating by round, the modes with
@@ -79,7 +81,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import tilesparse as ts  # noqa: E402
 from tilesparse.bench.grid import PATTERNS  # noqa: E402
 from tilesparse.backends.buffers import unpooled  # noqa: E402
-from tilesparse.backends.triton.index import separate_sort  # noqa: E402
+from tilesparse.backends.triton.index import rebuilt_identity, separate_sort  # noqa: E402
 from tilesparse.backends.triton.features import unbound_features  # noqa: E402
 from tilesparse.backends.triton.hashing import unbound_hashing  # noqa: E402
 from tilesparse.backends.triton.launch import inline_fixed  # noqa: E402
@@ -101,7 +103,7 @@ BASE = {"fwd_decide_nograd": "fwd", "fwd_bwd_decide": "fwd_bwd", "fwd_checked": 
 SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort, "bound-decide": unbound_decide,
             "bound-checks": unbound_checks, "bound-features": unbound_features, "bound-hash": unbound_hashing,
             "local-sanitize": sanitize_in_pairs, "folded-poison": unfolded_poison, "dense-heads": filled_dense_heads,
-            "fixed-args": inline_fixed}
+            "fixed-args": inline_fixed, "kept-identity": rebuilt_identity}
 # --ab NAME for a change not taken yet (off unless asked for): the context manager that turns it on
 ENABLES = {"merged-sanitize": merged_sanitize}
 

@@ -1,8 +1,11 @@
-"""A kept group's index tensors handed to the launches as ``launch.Fixed`` blocks (read once per
-pool entry): the op's output and gradients equal the launches of the tensors one by one
-(``inline_fixed()``), bit for bit, for every pattern kind, GQA, Tq < Tk and lengths no multiple
-of a block; the blocks are used once the build's pool lends an entry again; and a group copied
-with other index tensors drops them."""
+"""What a kept group (a pool entry's views) saves its later calls: its index tensors handed to
+the launches as ``launch.Fixed`` blocks, read once, and an identity layout's index tensors built
+once, later calls only zeroing their non-finite flags. The op's output and gradients equal
+those of the launches of the tensors one by one and of a build every call (``inline_fixed()``,
+``rebuilt_identity()``), bit for bit, for every pattern kind, GQA, Tq < Tk, lengths no multiple
+of a block and non-finite values; the blocks are used once the build's pool lends an entry
+again; a group copied with other index tensors drops them; and the flags are zeroed every
+call."""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ from hypothesis import strategies as st
 
 import tilesparse as ts
 from tilesparse.backends.triton import launch
+from tilesparse.backends.triton.index import rebuilt_identity
+from tilesparse.backends.triton.nonfinite import sanitize_in_pairs
 from tilesparse.backends.triton.launch import Fixed, inline_fixed
 from tilesparse.ir.prepare import copy_group
 from tilesparse.testing import decisions, specs
@@ -58,7 +63,7 @@ def test_fixed_blocks_give_the_launches_of_the_tensors_bit_for_bit(
     v.requires_grad_(True)
     dec = data.draw(decisions(spec, q.shape, k_len=Tk))
     attn = ts.compile(spec, causal=causal, backend="triton")
-    with inline_fixed():
+    with inline_fixed(), rebuilt_identity():
         want = _fwd_bwd(attn, q, k, v, dec)
     fixed_launches.clear()  # the fixture's list lives across examples
     for _ in range(3):  # the pool lends an entry again from the second or third call on
@@ -79,3 +84,47 @@ def test_a_copy_with_other_index_tensors_drops_the_kept_blocks():
     assert copy_group(base, q_support=None, k_support=None).fixed_args is kept  # not read through the blocks
     assert copy_group(base, q_order=base.q_order.clone()).fixed_args is None
     assert copy_group(base, flags=None).fixed_args is None
+
+
+@pytest.mark.parametrize("spec", [ts.Dense(), ts.TopKFeatures(k=4)], ids=["dense", "topk"])
+def test_an_identity_layout_is_built_once_and_its_flags_zeroed_every_call(spec, monkeypatch):
+    """An identity layout's block pass runs on a pool entry's first call only; every later call
+    zeroes the two non-finite flags (a fill), so a call after one that set a flag starts clear,
+    and the index tensors are the ones a build every call gives."""
+    names = []
+    normal = launch.LeanKernel._normal
+
+    def record(self, grid, args, constants):
+        names.append(self.fn.__name__ if hasattr(self.fn, "__name__") else self.fn.fn.__name__)
+        return normal(self, grid, args, constants)
+
+    monkeypatch.setattr(launch.LeanKernel, "_normal", record)
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn((1, 2, 50, 16), generator=g) for _ in range(3))
+    bad = v.clone()
+    bad[0, 1, 20] = float("inf")
+    attn = ts.compile(spec, causal=True, backend="triton")
+
+    def flags() -> list[int]:
+        (group,) = attn._last
+        return [int(f) for f in group.flags]
+
+    with sanitize_in_pairs():  # the forward's launch pair: its unchanged variant sets the flag
+        for _ in range(3):  # the pool's entries built
+            attn(q, k, v)
+        names.clear()
+        attn(q, k, v)
+        assert "_build_sides" not in names and names, names
+        attn(q, k, bad)
+        assert flags() == [1, 0]
+        for _ in range(3):  # the pool's entries in turn, the one that took the inf among them
+            out = attn(q, k, v)
+            assert flags() == [0, 0]  # zeroed by the call's fill
+        (kept,) = attn._last
+        with rebuilt_identity():
+            want = attn(q, k, v)
+            (rebuilt,) = attn._last
+    assert torch.equal(out, want)
+    for name in ("q_order", "q_pos", "q_bucket", "k_order", "k_pos", "k_bucket", "q_ranges", "q_nseg", "k_ranges",
+                 "k_nseg"):
+        assert torch.equal(getattr(kept, name), getattr(rebuilt, name)), name

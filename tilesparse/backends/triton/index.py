@@ -1,6 +1,7 @@
 """The layout and ranges stages fused into Triton kernels: the same index tensors as
 :func:`tilesparse.ir.prepare_group`, in two to four launches instead of ~70 small torch ops
-(one for the identity layout).
+(one for the identity layout, on a pool entry's first call only: it reads no decision, so later
+calls only zero the non-finite flags).
 
 1. ``_sort_keys`` (one launch, both sides): key = bucket * T + position for a kept row,
    ``big + position`` for a dropped one (int32), and per chunk of rows a histogram of the
@@ -55,7 +56,7 @@ from .features import unbound_features_on
 from .launch import Fixed, fixed_on, lean
 from .op import predicate_flags
 
-__all__ = ["bind_group", "build_group", "index_build_reasons", "separate_sort"]
+__all__ = ["bind_group", "build_group", "index_build_reasons", "rebuilt_identity", "separate_sort"]
 
 
 # a sort key above every real one (they stay below 2 * big < 2^31): lanes past a chunk's end
@@ -437,6 +438,13 @@ _FUSED_SORT_ROWS = 4096
 # rows each _sort_scatter program counts at a time
 _COUNT_ROWS = 1024
 _SEPARATE_SORT = [False]  # separate_sort() in force
+_REBUILT_IDENTITY = [False]  # rebuilt_identity() in force
+
+
+def rebuilt_identity():
+    """Inside the block an identity layout's index tensors are built every call, as before they
+    were kept per pool entry (A/B timing: ``call_times.py --ab kept-identity``)."""
+    return switched_on(_REBUILT_IDENTITY)
 
 
 def separate_sort():
@@ -638,6 +646,12 @@ def bind_group(
         flags, flag_pair = views[-3], tuple(views[-2:])
         if st.identity:
             q_out, k_out = views[:5], views[5:10]
+            if made is not None and not _REBUILT_IDENTITY[0]:
+                # built by the entry's first call from the sizes alone (an identity layout reads
+                # no decision): only the call's non-finite flags need their zeros, one fill
+                # where the block pass took a Triton launch
+                flags.zero_()
+                return q_out, k_out, flag_pair
             dummy = q_out[0]  # identity reads no keys
             sides = (dummy, dummy, dummy, dummy)
         else:

@@ -101,9 +101,9 @@ def main() -> None:
                  "fwd_bwd": per_call_us(lambda: torch.autograd.grad(attn(q, k, v, decisions=dec), (q, k, v), go))}
             rows[f"{shape}/{name}"] = r
             print(shape, name, r, flush=True)
-    out.write_text(json.dumps({"meta": {"label": label, "tilesparse": ts.__file__, "torch": torch.__version__,
-                                        "unit": "per arm: [us per call (median over 9 blocks of the mean of 300), launches per call]"},
-                               "rows": rows}, indent=1))
+    unit = "per arm: [us per call (median over 9 blocks of the mean of 300), launches per call]"
+    meta = {"label": label, "tilesparse": ts.__file__, "torch": torch.__version__, "unit": unit}
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -130,7 +130,8 @@ def main() -> None:
         for p, fn in paths.items():
             rows[f"{name} args/{p}"] = per_launch(fn)
             print(f"{name} args/{p}", rows[f"{name} args/{p}"], flush=True)
-    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "triton": __import__("triton").__version__,
+    meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
+            "triton": __import__("triton").__version__,
             "unit": "[us per launch back to back (median of 5 blocks of 2,000), us from an idle GPU (median of 300)]"}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"{'path':<16}{'b2b us':>10}{'idle us':>10}")

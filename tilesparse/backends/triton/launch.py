@@ -45,8 +45,8 @@ from ..switch import switched_on
 from .versions import installed_triton
 
 __all__ = [
-    "LEAN_TRITON", "OPTIONS", "Fixed", "LeanKernel", "arg_key", "cdiv", "expanded", "fixed_on", "inline_fixed", "interned", "lean",
-    "lean_supported", "normal_launches", "prepared",
+    "LEAN_TRITON", "OPTIONS", "Fixed", "LeanKernel", "arg_key", "cdiv", "expanded", "fixed_on", "inline_fixed",
+    "interned", "lean", "lean_supported", "normal_launches", "prepared",
 ]
 
 # (major, minor) of the Triton releases whose JITFunction.run / CompiledKernel.run this path
@@ -105,7 +105,7 @@ class Fixed:
     object lives (the index build's views of the buffer it keeps, a kept head map): passed to a
     launch as one argument in their place, their part of the key and their addresses are read
     here once, where every launch would read each tensor's address, dtype and device again
-    (about 0.25 us a tensor on a CPU). Its owner must keep it no longer than the tensors keep
+    (a few tenths of a microsecond a tensor). Its owner must keep it no longer than the tensors keep
     their storage (the build's entry holds both)."""
 
     __slots__ = ("tensors", "key", "addresses")

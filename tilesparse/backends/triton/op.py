@@ -545,7 +545,8 @@ class _SparseAttention(torch.autograd.Function):
             dk = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
             dv = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
         launch_pair(
-            kernels._attn_bwd_dkdv, dkdv_launch.grid, q, k, v, do, dk, dv, lse, delta, *_index_args(g, False, nonfinite),
+            kernels._attn_bwd_dkdv, dkdv_launch.grid, q, k, v, do, dk, dv, lse, delta,
+            *_index_args(g, False, nonfinite),
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
             *dkdv_launch.scalars, unchanged=dkdv_launch.unchanged, sanitize=not merged, **dkdv_launch.constants,
         )  # fmt: skip

@@ -53,7 +53,7 @@ from ...ir.prepare import assemble_group, copy_group, feature_supports, head_fla
 from ..buffers import BufferPool
 from ..switch import switched_on
 from .features import unbound_features_on
-from .launch import Fixed, fixed_on, lean
+from .launch import kept_args, lean
 from .op import predicate_flags
 
 __all__ = ["bind_group", "build_group", "index_build_reasons", "rebuilt_identity", "separate_sort"]
@@ -669,14 +669,9 @@ def bind_group(
                     scan_counts[(2 * B * Hg,)](counts, st.n_chunks, **scan_constants)
                 scatter_sorted[grid](keys, counts, skey0, order0, T, st.big, st.n_chunks, **scatter_constants)
             sides = (skey0, order0, skey1, order1)
-        kept = made.fixed_args if made is not None and fixed_on() else None
-        if kept is None:
-            build_sides[sides_grid](*sides, *q_out, *k_out, flags, *sides_scalars, **sides_constants)
-        else:
-            fixed = kept.get("sides")
-            if fixed is None:
-                fixed = kept["sides"] = Fixed((*sides, *q_out, *k_out, flags))
-            build_sides[sides_grid](fixed, *sides_scalars, **sides_constants)
+        kept = made.fixed_args if made is not None else None
+        sides_args = kept_args(kept, "sides", lambda: (*sides, *q_out, *k_out, flags))
+        build_sides[sides_grid](*sides_args, *sides_scalars, **sides_constants)
         return q_out, k_out, flag_pair
 
     return build

@@ -45,8 +45,8 @@ from ..switch import switched_on
 from .versions import installed_triton
 
 __all__ = [
-    "LEAN_TRITON", "OPTIONS", "Fixed", "LeanKernel", "arg_key", "cdiv", "expanded", "fixed_on", "inline_fixed",
-    "interned", "lean", "lean_supported", "normal_launches", "prepared",
+    "LEAN_TRITON", "OPTIONS", "Fixed", "LeanKernel", "arg_key", "cdiv", "expanded", "inline_fixed", "interned",
+    "kept_args", "lean", "lean_supported", "normal_launches", "prepared",
 ]
 
 # (major, minor) of the Triton releases whose JITFunction.run / CompiledKernel.run this path
@@ -130,7 +130,7 @@ class _Layout:
     given types, and the keys of the scalar tuples seen in that layout (a launch site passes the
     same sizes and strides call after call: their key is one dictionary lookup)."""
 
-    __slots__ = ("tensor_ix", "tensors", "scalars", "leading", "scalar_keys", "fixed_ix", "fixed", "cuts", "single")
+    __slots__ = ("tensor_ix", "tensors", "scalars", "leading", "scalar_keys", "fixed_ix", "fixed", "single")
 
     def __init__(self, kinds: tuple[type, ...]):
         for k in kinds:
@@ -143,9 +143,9 @@ class _Layout:
         self.scalars = _picker([i for i, k in enumerate(kinds) if not (issubclass(k, Tensor) or k is Fixed)])
         # tensors (and Fixed blocks) first, then scalars
         self.leading = sorted(self.tensor_ix + self.fixed_ix) == list(range(len(self.tensor_ix) + len(self.fixed_ix)))
-        # per Fixed block: how many plain tensors come before it
-        self.cuts = [sum(1 for t in self.tensor_ix if t < f) for f in self.fixed_ix]
-        self.single = self.cuts[0] if self.leading and len(self.fixed_ix) == 1 else None
+        # one block among the leading tensors: how many plain tensors come before it
+        single = self.leading and len(self.fixed_ix) == 1
+        self.single = sum(1 for t in self.tensor_ix if t < self.fixed_ix[0]) if single else None
         self.scalar_keys: dict[tuple, int] = {}
 
     def scalar_key(self, scalars: tuple) -> int:
@@ -216,25 +216,17 @@ def prepared(args: Sequence) -> tuple[tuple, tuple]:
 def _with_fixed(layout: _Layout, args: Sequence, key: tuple, addresses: tuple, scalars: tuple) -> tuple[tuple, tuple]:
     """:func:`prepared`'s result where ``args`` hold :class:`Fixed` blocks: their keys join the
     key, their addresses take their places."""
-    if layout.single is not None:  # one block among the leading tensors: the common case, in two slices
+    if layout.single is not None:  # one block among the leading tensors: the launch sites' case, in two slices
         f = args[layout.fixed_ix[0]]
         cut = layout.single
         return (*key, f.key), addresses[:cut] + f.addresses + addresses[cut:] + scalars
     fixed = layout.fixed(args)
-    key = (*key, *[f.key for f in fixed])
-    if layout.leading:
-        run = ()
-        start = 0
-        for cut, f in zip(layout.cuts, fixed, strict=True):
-            run += addresses[start:cut] + f.addresses
-            start = cut
-        return key, run + addresses[start:] + scalars
     run = list(args)
     for i, a in zip(layout.tensor_ix, addresses, strict=True):
         run[i] = a
     for i, f in zip(reversed(layout.fixed_ix), reversed(fixed), strict=True):
         run[i : i + 1] = f.addresses
-    return key, tuple(run)
+    return (*key, *[f.key for f in fixed]), tuple(run)
 
 
 def _is_jit_function(fn) -> bool:
@@ -353,9 +345,16 @@ def inline_fixed():
     return switched_on(_INLINE)
 
 
-def fixed_on() -> bool:
-    """Whether launch sites may pass :class:`Fixed` blocks (:func:`inline_fixed` not in force)."""
-    return not _INLINE[0]
+def kept_args(kept: dict | None, key, tensors: Callable[[], tuple]) -> tuple:
+    """Launch arguments for the tensors ``tensors()`` gives: one :class:`Fixed` of them kept in
+    ``kept`` under ``key`` (made on the first call), or the tensors themselves where nothing
+    keeps them (``kept`` None) or inside :func:`inline_fixed`."""
+    if kept is None or _INLINE[0]:
+        return tensors()
+    block = kept.get(key)
+    if block is None:
+        block = kept[key] = Fixed(tensors())
+    return (block,)
 
 
 def normal_launches():

@@ -24,7 +24,7 @@ from ...ir import KEY_SENTINEL, HeadGroup, NotSelf, PreparedGroup, SameBucket
 from ..first_order import first_order_only
 from . import kernels
 from .gqa import sum_into_kv_heads
-from .launch import Fixed, fixed_on, lean
+from .launch import kept_args, lean
 from .nonfinite import LOCAL_MAX_KEYS, launch_pair, merged_sanitize_on, new_flags
 
 __all__ = [
@@ -475,15 +475,10 @@ def _index_args(g: PreparedGroup, query_ranges: bool, flag: Tensor) -> tuple:
     the query side's ranges and segment counts or the key side's, the head map) and the pass's
     non-finite ``flag``: one launch.Fixed read once per kept group where the build keeps ``g``'s
     tensors and ``flag`` is one of its flags (``g.fixed_args``), else the tensors themselves."""
-    kept = g.fixed_args
-    if kept is not None and g.flags is not None and fixed_on():
-        which = 0 if flag is g.flags[0] else 1 if flag is g.flags[1] else None
-        if which is not None:
-            fixed = kept.get((query_ranges, which))
-            if fixed is None:
-                fixed = kept[(query_ranges, which)] = Fixed(_index_tensors(g, query_ranges, flag))
-            return (fixed,)
-    return _index_tensors(g, query_ranges, flag)
+    flags = g.flags or (None, None)
+    which = 0 if flag is flags[0] else 1 if flag is flags[1] else None
+    kept = g.fixed_args if which is not None else None
+    return kept_args(kept, (query_ranges, which), lambda: _index_tensors(g, query_ranges, flag))
 
 
 def _index_tensors(g: PreparedGroup, query_ranges: bool, flag: Tensor) -> tuple:

@@ -47,7 +47,9 @@ launch itself (not from decisions copied and filled every call), ``backends/trit
 ``fixed-args``: the attention and index launches handed a kept group's index tensors as one
 ``launch.Fixed`` block, read once, ``backends/triton/launch.py``; ``kept-identity``: an identity
 layout's index tensors built by a pool entry's first call only, later calls zeroing the
-non-finite flags with one fill, ``backends/triton/index.py``; and, from
+non-finite flags with one fill, ``backends/triton/index.py``; ``sites``: launches from a
+``launch.Site`` keyed by their per-call tensors' dtypes, their block and their scalars, not by
+every argument, ``backends/triton/launch.py``; and, from
 :data:`ENABLES`, a change not taken: ``merged-sanitize``, the backward's two sanitizing
 variants in one launch; both ``backends/triton/nonfinite.py``):
 every round times each mode both ways, which goes first alternating by round, the modes with
@@ -84,7 +86,7 @@ from tilesparse.backends.buffers import unpooled  # noqa: E402
 from tilesparse.backends.triton.index import rebuilt_identity, separate_sort  # noqa: E402
 from tilesparse.backends.triton.features import unbound_features  # noqa: E402
 from tilesparse.backends.triton.hashing import unbound_hashing  # noqa: E402
-from tilesparse.backends.triton.launch import inline_fixed  # noqa: E402
+from tilesparse.backends.triton.launch import inline_fixed, keyed_launches  # noqa: E402
 from tilesparse.backends.triton.nonfinite import merged_sanitize, sanitize_in_pairs  # noqa: E402
 from tilesparse.decide import unbound_decide  # noqa: E402
 from tilesparse.execute import filled_dense_heads, unfolded_poison  # noqa: E402
@@ -103,7 +105,7 @@ BASE = {"fwd_decide_nograd": "fwd", "fwd_bwd_decide": "fwd_bwd", "fwd_checked": 
 SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort, "bound-decide": unbound_decide,
             "bound-checks": unbound_checks, "bound-features": unbound_features, "bound-hash": unbound_hashing,
             "local-sanitize": sanitize_in_pairs, "folded-poison": unfolded_poison, "dense-heads": filled_dense_heads,
-            "fixed-args": inline_fixed, "kept-identity": rebuilt_identity}
+            "fixed-args": inline_fixed, "kept-identity": rebuilt_identity, "sites": keyed_launches}
 # --ab NAME for a change not taken yet (off unless asked for): the context manager that turns it on
 ENABLES = {"merged-sanitize": merged_sanitize}
 

@@ -116,8 +116,9 @@ def test_finite_inputs_take_the_unchanged_kernels(dtype, D, monkeypatch):
     assert _flags(attn) == [0, 0]
     with monkeypatch.context() as m:
         # the unchanged variant alone (for dK/dV the warp-specialized kernel, where it runs)
-        def unchanged_alone(kernel, grid, *args, unchanged=None, local=False, sanitize=True, **kw):
-            return unchanged(grid, args) if unchanged else kernel[grid](*args, **kw)
+        def unchanged_alone(kernel, launch, tensors, rest, scalars, sanitize=True):
+            args = (*tensors, *rest, *scalars)
+            return launch.unchanged(launch.grid, args) if launch.unchanged else launch.site(kernel)(tensors, rest, scalars)
 
         m.setattr(op, "launch_pair", unchanged_alone)
         b, gb = _run(attn, q, k, v, dec, w)

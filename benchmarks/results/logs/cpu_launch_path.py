@@ -3,10 +3,12 @@
 ``LeanKernel.launch`` computes its key, finds its entry and hands the arguments over as on a
 GPU (CPU tensors taken for CUDA ones). Run under TRITON_INTERPRET=1 (no kernel runs).
 
-    TRITON_INTERPRET=1 python3 benchmarks/results/logs/cpu_launch_path.py OUT.json LABEL [PATTERN ...]
+    TRITON_INTERPRET=1 python3 benchmarks/results/logs/cpu_launch_path.py OUT.json LABEL [--off NAME] [PATTERN ...]
 
-Each row is timed twice, blocks alternating: as the tree runs, and inside
-``launch.inline_fixed()`` (``@inline``: every tensor passed one by one, no ``launch.Fixed``).
+Each row is timed twice, blocks alternating: as the tree runs, and with one change off, named
+by ``--off``: ``inline`` (the default: ``launch.inline_fixed()``, every tensor passed one by
+one, no ``launch.Fixed``) or ``keyed`` (``launch.keyed_launches()``: no ``launch.Site`` keys,
+every launch keyed by all its arguments).
 """
 import contextlib
 import json
@@ -20,7 +22,7 @@ import triton
 
 import tilesparse as ts
 from tilesparse.backends.triton import launch as L
-from tilesparse.backends.triton.launch import inline_fixed
+from tilesparse.backends.triton.launch import inline_fixed, keyed_launches
 
 calls = [0]
 
@@ -60,33 +62,42 @@ PATTERNS = {
 }
 
 
-def per_call_us(fn, n=300, blocks=9) -> dict:
-    """Per arm: (median over blocks of the mean us per call, launches per call); the arms'
-    blocks alternate, so that both see the machine's same phases."""
-    out = {}
-    for arm in ("tree", "inline"):
-        with inline_fixed() if arm == "inline" else contextlib.nullcontext():
+OFF = {"inline": inline_fixed, "keyed": keyed_launches}
+
+
+def per_call_us(fn, off: str, n=300, blocks=9) -> dict:
+    """Per arm (``tree``, and ``off``: the change turned off): (median over blocks of the mean
+    us per call, launches per call); the arms' blocks alternate, so that both see the machine's
+    same phases."""
+    arms = ("tree", off)
+
+    def arm_context(arm):
+        return OFF[off]() if arm == off else contextlib.nullcontext()
+
+    for arm in arms:
+        with arm_context(arm):
             for _ in range(30):
                 fn()
-    means: dict[str, list] = {"tree": [], "inline": []}
-    counts = {"tree": 0, "inline": 0}
+    means: dict[str, list] = {arm: [] for arm in arms}
+    counts = dict.fromkeys(arms, 0)
     for b in range(2 * blocks):
-        arm = ("tree", "inline")[b % 2]
-        with inline_fixed() if arm == "inline" else contextlib.nullcontext():
+        arm = arms[b % 2]
+        with arm_context(arm):
             calls[0] = 0
             t = time.perf_counter_ns()
             for _ in range(n):
                 fn()
             means[arm].append((time.perf_counter_ns() - t) / n / 1e3)
             counts[arm] += calls[0]
-    for arm in means:
-        out[arm] = (round(statistics.median(means[arm]), 1), counts[arm] / (n * blocks))
-    return out
+    return {arm: (round(statistics.median(means[arm]), 1), counts[arm] / (n * blocks)) for arm in arms}
 
 
 def main() -> None:
-    out, label = Path(sys.argv[1]), sys.argv[2]
-    names = sys.argv[3:] or list(PATTERNS)
+    out, label, rest = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    off = "inline"
+    if rest[:1] == ["--off"]:
+        off, rest = rest[1], rest[2:]
+    names = rest or list(PATTERNS)
     rows = {}
     for B, H, Hkv, D, T in ((1, 16, 16, 64, 64), (1, 32, 8, 128, 64)):
         shape = f"B{B}_H{H}_Hkv{Hkv}_D{D}_T{T}"
@@ -97,12 +108,12 @@ def main() -> None:
         for name in names:
             attn = ts.compile(PATTERNS[name], causal=True, backend="triton")
             dec = attn.decide(q, k)
-            r = {"fwd": per_call_us(lambda: attn(q, k, v, decisions=dec)),
-                 "fwd_bwd": per_call_us(lambda: torch.autograd.grad(attn(q, k, v, decisions=dec), (q, k, v), go))}
+            r = {"fwd": per_call_us(lambda: attn(q, k, v, decisions=dec), off),
+                 "fwd_bwd": per_call_us(lambda: torch.autograd.grad(attn(q, k, v, decisions=dec), (q, k, v), go), off)}
             rows[f"{shape}/{name}"] = r
             print(shape, name, r, flush=True)
     unit = "per arm: [us per call (median over 9 blocks of the mean of 300), launches per call]"
-    meta = {"label": label, "tilesparse": ts.__file__, "torch": torch.__version__, "unit": unit}
+    meta = {"label": label, "off": off, "tilesparse": ts.__file__, "torch": torch.__version__, "unit": unit}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 

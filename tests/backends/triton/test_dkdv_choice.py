@@ -86,13 +86,14 @@ def check_segment_rule(monkeypatch, field: str):
 
 
 class _Recorder:
-    """Stands in for a LeanKernel: records each launch's grid, arguments and constants."""
+    """Stands in for a LeanKernel: records each launch's grid, arguments and constants (its
+    sites take the general launch: ``lean_now`` is false)."""
 
     def __init__(self):
         self.launches = []
 
-    def keyed(self, args):
-        return ("key", len(args))
+    def lean_now(self):
+        return False
 
     def launch(self, grid, args, constants, keyed=None):
         self.launches.append((grid, args, dict(constants), keyed))
@@ -100,14 +101,18 @@ class _Recorder:
 
 def test_launch_pair_runs_the_stand_in_then_the_sanitizing_variant(monkeypatch):
     rec = _Recorder()
-    monkeypatch.setattr(nonfinite, "lean", lambda kernel: rec)
+    monkeypatch.setattr(op, "lean", lambda kernel: rec)
     stood_in = []
-    nonfinite.launch_pair("kernel", (3, 2), "a", "b", unchanged=lambda grid, args: stood_in.append((grid, args)), X=1)
+    pair = op.Launch((3, 2), (), {"X": 1}, lambda grid, args: stood_in.append((grid, args)))
+    nonfinite.launch_pair("kernel", pair, ("a",), (), ("b",))
     assert stood_in == [((3, 2), ("a", "b"))]
-    assert rec.launches == [((3, 2), ("a", "b"), {"X": 1, "SANITIZE": True}, ("key", 2))]
+    assert rec.launches == [((3, 2, 1), ("a", "b"), {"X": 1, "SANITIZE": True}, None)]
     rec.launches.clear()
-    nonfinite.launch_pair("kernel", (3, 2), "a", "b", X=1)
+    nonfinite.launch_pair("kernel", op.Launch((3, 2), (), {"X": 1}, None), ("a",), (), ("b",))
     assert [c for *_, c, _ in rec.launches] == [{"X": 1}, {"X": 1, "SANITIZE": True}]
+    rec.launches.clear()
+    nonfinite.launch_pair("kernel", op.Launch((3, 2), (), {"X": 1}, None), ("a",), (), ("b",), sanitize=False)
+    assert [c for *_, c, _ in rec.launches] == [{"X": 1}]
 
 
 @pytest.mark.parametrize("D", [64, 128])

@@ -62,8 +62,8 @@ def test_the_backward_hands_the_dq_launch_to_it(monkeypatch):
     stood_in, pairs = [], []
     monkeypatch.setattr(gluon_dq, "launch", lambda grid, args, **kw: stood_in.append((grid, args, kw)))
 
-    def pair(kernel, grid, *args, unchanged=None, **kwargs):
-        pairs.append((kernel, grid, args, unchanged, kwargs))
+    def pair(kernel, launch, tensors, rest, scalars, sanitize=True):
+        pairs.append((kernel, launch.grid, (*tensors, *rest, *scalars), launch.unchanged, launch.constants))
 
     monkeypatch.setattr(op, "launch_pair", pair)
     q, g = _group(ts.Hash(buckets=4), T=120)

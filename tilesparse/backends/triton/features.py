@@ -35,7 +35,7 @@ from torch import Tensor
 from ...ir.prepare import PreparedGroup, head_slots
 from ..first_order import first_order_only
 from ..switch import switched_on
-from .launch import LeanKernel, lean
+from .launch import LeanKernel, Site, lean
 
 __all__ = ["BoundFeatures", "constexprs", "keep_features", "unbound_features", "unbound_features_on"]
 
@@ -121,9 +121,15 @@ def _launch(x: Tensor, support: Tensor, slots: Tensor, heads_out: int, n_src: in
 def _launch_into(kernel: LeanKernel, grid: tuple[int, int], sizes: tuple[int, int, int, int], constants: dict,
                  x: Tensor, support: Tensor, slots: Tensor, out: Tensor) -> None:  # fmt: skip
     """One launch of the kernel into ``out``; ``sizes``: (seqlen, n_src, x_div, heads_out)."""
+    tensors, scalars = _arguments(sizes, x, support, slots, out)
+    kernel.launch(grid, (*tensors, *scalars), constants)
+
+
+def _arguments(sizes: tuple[int, int, int, int], x: Tensor, support: Tensor, slots: Tensor, out: Tensor) -> tuple:
+    """The kernel's runtime arguments into ``out``: its tensors, then its scalars."""
     seqlen, n_src, x_div, heads_out = sizes
-    kernel.launch(grid, (x, support, slots, out, x.stride(0), x.stride(1), x.stride(2), *support.stride()[:3],
-                         seqlen, n_src, x_div, support.shape[-1], heads_out), constants)  # fmt: skip
+    return (x, support, slots, out), (x.stride(0), x.stride(1), x.stride(2), *support.stride()[:3],
+                                      seqlen, n_src, x_div, support.shape[-1], heads_out)  # fmt: skip
 
 
 def keep_features(x: Tensor, support: Tensor, heads: tuple[int, ...], n_heads: int) -> Tensor:
@@ -222,7 +228,7 @@ class BoundFeatures:
 class _BoundSide:
     """One side's launches at one signature: x (B, Hx, T, D) to (B, H, T, D), and back."""
 
-    __slots__ = ("rows", "shape", "grad_shape", "dtype", "device", "slots", "kernel", "constants", "keeps", "grads")
+    __slots__ = ("rows", "shape", "grad_shape", "dtype", "device", "slots", "keeps", "grads")
 
     def __init__(self, x: Tensor, slots: Tensor, n_group: int, n_heads: int):
         B, Hx, T, D = x.shape
@@ -230,17 +236,19 @@ class _BoundSide:
         self.rows = (B, n_group, T)
         self.shape, self.grad_shape = (B, n_heads, T, D), (B, Hx, T, D)
         self.dtype, self.device, self.slots = x.dtype, x.device, slots
-        self.kernel = lean(_keep_features)
-        self.constants = dict(constexprs(D, T), num_warps=_WARPS) if T else {}
-        blocks = triton.cdiv(T, self.constants["BLOCK_T"]) if T else 0
-        # each direction's (grid, (seqlen, n_src, x_div, heads_out)), None where its output is empty
-        self.keeps = ((blocks, B * n_heads), (T, 1, group, n_heads)) if B * n_heads * T else None
-        self.grads = ((blocks, B * Hx), (T, group, 1, Hx)) if B * Hx * T else None
+        constants = dict(constexprs(D, T), num_warps=_WARPS) if T else {}
+        blocks = triton.cdiv(T, constants["BLOCK_T"]) if T else 0
+        kernel = lean(_keep_features)
+        # each direction's (site, (seqlen, n_src, x_div, heads_out)), None where its output is empty
+        self.keeps = (Site(kernel, (blocks, B * n_heads), constants), (T, 1, group, n_heads)) if B * n_heads * T else None
+        self.grads = (Site(kernel, (blocks, B * Hx), constants), (T, group, 1, Hx)) if B * Hx * T else None
 
     def keep(self, x: Tensor, support: Tensor) -> Tensor:
         out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         if self.keeps is not None:
-            _launch_into(self.kernel, *self.keeps, self.constants, x, support, self.slots, out)
+            site, sizes = self.keeps
+            tensors, scalars = _arguments(sizes, x, support, self.slots, out)
+            site(tensors, (), scalars)
         return out
 
     def grad(self, grad: Tensor, support: Tensor) -> Tensor:
@@ -248,7 +256,9 @@ class _BoundSide:
             grad = grad.contiguous()
         dx = torch.empty(self.grad_shape, dtype=self.dtype, device=self.device)
         if self.grads is not None:
-            _launch_into(self.kernel, *self.grads, self.constants, grad, support, self.slots, dx)
+            site, sizes = self.grads
+            tensors, scalars = _arguments(sizes, grad, support, self.slots, dx)
+            site(tensors, (), scalars)
         return dx
 
 

@@ -26,7 +26,7 @@ import triton.language as tl
 from torch import Tensor
 
 from ..switch import switched_on
-from .launch import cdiv, lean
+from .launch import Site, cdiv, lean
 
 __all__ = ["MAX_HALF", "MAX_HEAD_DIM", "BoundHash", "hash_constexprs", "hash_into", "lsh_hash_reasons",
            "unbound_hashing"]
@@ -130,7 +130,7 @@ class BoundHash:
     out once. A call whose tensors do not have the bound shapes, or whose buffers are not
     contiguous int32, goes through :func:`hash_into` and its checks (which name what is wrong)."""
 
-    __slots__ = ("buckets", "rot_shape", "bucket_shape", "grid", "scalars", "constants", "kernel")
+    __slots__ = ("buckets", "rot_shape", "bucket_shape", "grid", "scalars", "constants", "site")
 
     def __init__(self, q: Tensor, k: Tensor, buckets: int):
         B, H, T, D = q.shape
@@ -147,7 +147,7 @@ class BoundHash:
         self.constants = dict(hash_constexprs(D, buckets, q.dtype == torch.float32), num_warps=4, num_stages=1)
         self.grid = (cdiv(T, self.constants["BLOCK_T"]), B * H, 2)
         self.scalars = (T, H, H // k.shape[1])
-        self.kernel = lean(_lsh_hash)
+        self.site = Site(lean(_lsh_hash), self.grid, self.constants)
 
     def __call__(self, q: Tensor, k: Tensor, rotations: Tensor, q_bucket: Tensor, k_bucket: Tensor) -> None:
         if (
@@ -163,8 +163,7 @@ class BoundHash:
         ):
             hash_into(q, k, rotations, self.buckets, q_bucket, k_bucket)
             return
-        self.kernel.launch(self.grid, (q, k, rotations, q_bucket, k_bucket, *q.stride(), *k.stride(), *self.scalars),
-                           self.constants)  # fmt: skip
+        self.site((q, k, rotations, q_bucket, k_bucket), (), (*q.stride(), *k.stride(), *self.scalars))
 
 
 def unbound_hashing():

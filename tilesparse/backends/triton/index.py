@@ -53,7 +53,7 @@ from ...ir.prepare import assemble_group, copy_group, feature_supports, head_fla
 from ..buffers import BufferPool
 from ..switch import switched_on
 from .features import unbound_features_on
-from .launch import kept_args, lean
+from .launch import Site, kept_args, lean
 from .op import predicate_flags
 
 __all__ = ["bind_group", "build_group", "index_build_reasons", "rebuilt_identity", "separate_sort"]
@@ -613,6 +613,8 @@ def bind_group(
         BLOCK_Q=block_q, BLOCK_K=block_k, SEG_Q=seg_q, SEG_K=seg_k, **st.flags,
     )  # fmt: skip
     sides_scalars = (T, nb_q, nb_k, st.big, st.n_steps)
+    sort_site = Site(sort_scatter, grid, sort_scatter_constants)
+    sides_site = Site(build_sides, sides_grid, sides_constants)
 
     def sel(t):
         return select_heads(t, heads, H).contiguous()
@@ -644,6 +646,7 @@ def bind_group(
         ``made``: the group the entry keeps (None before its first build), whose ``fixed_args``
         keep the sides' launch arguments, all views of the entry's buffer, read once."""
         flags, flag_pair = views[-3], tuple(views[-2:])
+        kept = made.fixed_args if made is not None else None
         if st.identity:
             q_out, k_out = views[:5], views[5:10]
             if made is not None and not _REBUILT_IDENTITY[0]:
@@ -662,16 +665,14 @@ def bind_group(
             decided = (q_keep, k_keep, q_bkt, k_bkt, keys if dense is None else dense)  # DENSE read under HAS_DENSE
             # both sides' sorted keys and orders, from side 0's start
             if st.fused_sort and not _SEPARATE_SORT[0]:
-                sort_scatter[grid](*decided, skey0, order0, T, st.big, **sort_scatter_constants)
+                sort_site(decided, kept_args(kept, "sort", lambda: (skey0, order0)), (T, st.big))
             else:
                 sort_keys[grid](*decided, keys, counts, T, st.big, st.n_chunks, **keys_constants)
                 if not st.fused_scan:
                     scan_counts[(2 * B * Hg,)](counts, st.n_chunks, **scan_constants)
                 scatter_sorted[grid](keys, counts, skey0, order0, T, st.big, st.n_chunks, **scatter_constants)
             sides = (skey0, order0, skey1, order1)
-        kept = made.fixed_args if made is not None else None
-        sides_args = kept_args(kept, "sides", lambda: (*sides, *q_out, *k_out, flags))
-        build_sides[sides_grid](*sides_args, *sides_scalars, **sides_constants)
+        sides_site((), kept_args(kept, "sides", lambda: (*sides, *q_out, *k_out, flags)), sides_scalars)
         return q_out, k_out, flag_pair
 
     return build

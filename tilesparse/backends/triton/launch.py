@@ -46,7 +46,7 @@ from .versions import installed_triton
 
 __all__ = [
     "LEAN_TRITON", "OPTIONS", "Fixed", "LeanKernel", "arg_key", "cdiv", "expanded", "inline_fixed", "interned",
-    "kept_args", "lean", "lean_supported", "normal_launches", "prepared",
+    "Site", "keyed_launches", "kept_args", "lean", "lean_supported", "normal_launches", "prepared", "read",
 ]
 
 # (major, minor) of the Triton releases whose JITFunction.run / CompiledKernel.run this path
@@ -298,20 +298,26 @@ class LeanKernel:
         list with other constants (a launch pair) share it."""
         return prepared(args) if self.enabled and not _NORMAL[0] else None
 
+    def lean_now(self) -> bool:
+        """Whether a launch now takes the lean path: enabled, outside :func:`normal_launches`,
+        and no launch hook set (a profiler's hooks see every launch through Triton's own)."""
+        if not self.enabled or _NORMAL[0]:
+            return False
+        runtime = triton.knobs.runtime
+        return not (_listening(runtime.launch_enter_hook) or _listening(runtime.launch_exit_hook))
+
     def _normal(self, grid: tuple[int, ...], args: tuple, constants: dict):
         """Triton's own ``kernel[grid]`` launch (compiling on a miss), with :data:`OPTIONS`."""
         return self.fn[grid](*expanded(args), **constants, **OPTIONS)
 
     def launch(
         self, grid: tuple[int, ...], args: tuple, constants: dict, keyed: tuple[tuple, tuple] | None = None
-    ) -> None:
-        if not self.enabled or _NORMAL[0]:
+    ) -> tuple | None:
+        """Launch; the cache entry a later launch with this key takes (None: launched through
+        Triton's own path, :meth:`lean_now` being false)."""
+        if not self.lean_now():
             self._normal(grid, args, constants)
-            return
-        runtime = triton.knobs.runtime
-        if _listening(runtime.launch_enter_hook) or _listening(runtime.launch_exit_hook):
-            self._normal(grid, args, constants)  # a profiler listens: its hooks see every launch
-            return
+            return None
         device = self._device()
         args_key, run_args = prepared(args) if keyed is None else keyed
         key = (device, tuple(constants.items()), args_key)
@@ -326,14 +332,115 @@ class LeanKernel:
             # what a hit hands the launcher besides the grid, the stream and the arguments: the
             # constants after them come from the key's constants (and the defaults)
             tail = tuple(constants[n] if n in constants else self.defaults[n] for n in self.const_names)
-            self.cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, tail)
-            return
+            hit = self.cache[key] = (compiled.run, compiled.function, compiled.packed_metadata, tail)
+            return hit
         self.hits += 1
         run, function, metadata, tail = hit
         g0 = grid[0]
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
         run(g0, g1, g2, self._stream(device), function, metadata, None, None, None, *run_args, *tail)
+        return hit
+
+
+def read(tensors: tuple) -> tuple[tuple, tuple] | None:
+    """What a :class:`Site` reads of its per-call tensors, once for the launches that share
+    them (a launch pair): their dtypes and addresses; None where one is not on CUDA or not
+    16-byte aligned (the site's general path then takes them, which keys them as Triton does)."""
+    addresses = tuple(map(_data_ptr, tensors))
+    if reduce(or_, addresses, 0) & 15 or not all(map(_on_cuda, tensors)):
+        return None
+    return tuple(map(_dtype, tensors)), addresses
+
+
+_SITE_ENTRIES = 64  # entries a site keeps (strides and blocks change rarely)
+_KEYED = [False]  # keyed_launches() in force
+
+
+def keyed_launches():
+    """Inside the block every :class:`Site` launch takes its kernel's general launch, which
+    keys every argument, as before sites (A/B timing: ``call_times.py --ab sites``)."""
+    return switched_on(_KEYED)
+
+
+class Site:
+    """One kernel launched from one place with one grid and one set of compile-time
+    constants, its runtime arguments laid out as: tensors read per call, then ``rest`` (one
+    :class:`Fixed` block or nothing), then scalars.
+
+    :class:`LeanKernel` keys a launch by what Triton specializes on, read from every argument
+    (:func:`prepared`, about 3-5 µs a launch on a fast host). A site knows more: its constants,
+    its grid and the types of its scalars do not change from call to call, so its key is the
+    current device, the tensors' dtypes, the block's key and the scalars themselves (finer
+    than Triton's: each value is its own entry), and the tensors' 16-byte alignment is
+    checked, not keyed: a call with an unaligned or non-CUDA tensor, a ``rest`` that is not
+    one block (:func:`inline_fixed`), a tensor among the scalars (a poison, passed on some
+    calls only), the lean path off (:meth:`LeanKernel.lean_now`) or :func:`keyed_launches`
+    takes the kernel's general launch, which keys every argument. A miss launches through the
+    kernel too and keeps the entry it used.
+
+    The scalars must keep their types position by position (ints stay ints, bools bools: an
+    int 1 and True are one key): a miss checks them against the first miss's and raises."""
+
+    __slots__ = ("kernel", "grid", "constants", "entries", "types")
+
+    def __init__(self, kernel: LeanKernel, grid: tuple[int, ...], constants: dict):
+        self.kernel = kernel
+        self.grid = (*grid, *(1,) * (3 - len(grid)))
+        self.constants = dict(constants)
+        self.entries: dict[tuple, tuple] = {}
+        self.types: tuple | None = None
+
+    def __call__(self, tensors: tuple, rest: tuple, scalars: tuple, reading: tuple | None = None) -> tuple | None:
+        """Launch with runtime arguments ``(*tensors, *rest, *scalars)``; ``reading``: :func:`read`
+        of ``tensors`` where the caller has it. Returns the reading it used (None: the general
+        launch took them), for the next launch of the same tensors (a launch pair's second)."""
+        kernel = self.kernel
+        if rest:
+            block = rest[0]
+            if len(rest) != 1 or type(block) is not Fixed:
+                kernel.launch(self.grid, (*tensors, *rest, *scalars), self.constants)
+                return None
+            block_key, block_addresses = block.key, block.addresses
+        else:
+            block_key, block_addresses = -1, ()
+        if _KEYED[0] or not kernel.lean_now():
+            kernel.launch(self.grid, (*tensors, *rest, *scalars), self.constants)
+            return None
+        if reading is None:
+            reading = read(tensors)
+            if reading is None:
+                kernel.launch(self.grid, (*tensors, *rest, *scalars), self.constants)
+                return None
+        dtypes, addresses = reading
+        device = kernel._device()
+        key = (device, dtypes, block_key, scalars)
+        hit = self.entries.get(key)
+        if hit is None:
+            self._miss(key, tensors, rest, scalars)
+            return reading
+        kernel.hits += 1
+        run, function, metadata, tail = hit
+        g0, g1, g2 = self.grid
+        run(g0, g1, g2, kernel._stream(device), function, metadata, None, None, None,
+            *addresses, *block_addresses, *scalars, *tail)  # fmt: skip
+        return reading
+
+    def _miss(self, key: tuple, tensors: tuple, rest: tuple, scalars: tuple) -> None:
+        entry = self.kernel.launch(self.grid, (*tensors, *rest, *scalars), self.constants)
+        if any(isinstance(s, Tensor) for s in scalars):
+            return  # a poison among the scalars: launched, not kept
+        types = tuple(map(type, scalars))
+        if self.types is None:
+            self.types = types
+        elif types != self.types:
+            names = [t.__name__ for t in types]
+            raise TypeError(f"{self.kernel.fn.__name__}: a launch site's scalars changed types to {names}, "
+                            f"from {[t.__name__ for t in self.types]}")  # fmt: skip
+        if entry is not None:
+            if len(self.entries) >= _SITE_ENTRIES:
+                self.entries.clear()
+            self.entries[key] = entry
 
 
 _INLINE = [False]  # inline_fixed() in force

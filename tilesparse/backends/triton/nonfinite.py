@@ -40,7 +40,6 @@ import torch
 from torch import Tensor
 
 from ..switch import switched_on
-from .launch import lean
 
 __all__ = ["LOCAL_MAX_KEYS", "launch_pair", "merged_sanitize", "merged_sanitize_on", "new_flags", "sanitize_in_pairs"]
 
@@ -81,30 +80,28 @@ def merged_sanitize_on() -> bool:
     return _MERGED[0]
 
 
-def launch_pair(
-    kernel, grid, *args, unchanged=None, local: bool = False, sanitize: bool = True, **kwargs
-) -> None:
+def launch_pair(kernel, launch, tensors: tuple, rest: tuple, scalars: tuple, *, sanitize: bool = True) -> None:
     """Launch ``kernel``'s unchanged variant, then its sanitizing one (``SANITIZE=True``) with
     the same arguments, the flag among them: the second computes the outputs again only when
     the first stored a value that is not finite (or, for dK/dV, when the dQ kernel did, in
-    which case the unchanged dK/dV variant stores nothing). The two launches share one reading
-    of the arguments (their specialization key and addresses).
+    which case the unchanged dK/dV variant stores nothing).
 
-    ``unchanged``: a function of ``(grid, args)`` that stands in for the unchanged variant (a
-    kernel computing the same outputs under the same flag protocol: gluon_dkdv.py).
-    ``local``: ``kernel`` itself takes ``LOCAL_SANITIZE`` (no ``unchanged`` then): one launch, a
-    pair inside :func:`sanitize_in_pairs`.
-    ``sanitize=False``: the unchanged variant alone (its sanitizing one runs elsewhere:
-    :func:`merged_sanitize`).
+    ``launch``: the pair's grid, constants and sites (``op.Launch``): its ``unchanged``, a
+    function of ``(grid, args)`` that stands in for the unchanged variant (a kernel computing
+    the same outputs under the same flag protocol: gluon_dkdv.py), None for the Triton kernel;
+    its ``local``: ``kernel`` itself takes ``LOCAL_SANITIZE`` (no ``unchanged`` then), one
+    launch, a pair inside :func:`sanitize_in_pairs`. The runtime arguments are
+    ``(*tensors, *rest, *scalars)`` (``launch.Site``); the two launches share one reading of
+    ``tensors``. ``sanitize=False``: the unchanged variant alone (its sanitizing one runs
+    elsewhere: :func:`merged_sanitize`).
     """
-    launcher = lean(kernel)
-    if local and not _PAIRED[0]:
-        launcher.launch(grid, args, {**kwargs, "LOCAL_SANITIZE": True})
+    if launch.local and not _PAIRED[0]:
+        launch.site(kernel, "LOCAL_SANITIZE")(tensors, rest, scalars)
         return
-    keyed = launcher.keyed(args)
-    if unchanged is None:
-        launcher.launch(grid, args, kwargs, keyed)
+    reading = None
+    if launch.unchanged is None:
+        reading = launch.site(kernel)(tensors, rest, scalars)
     else:
-        unchanged(grid, args)
+        launch.unchanged(launch.grid, (*tensors, *rest, *scalars))
     if sanitize:
-        launcher.launch(grid, args, {**kwargs, "SANITIZE": True}, keyed)
+        launch.site(kernel, "SANITIZE")(tensors, rest, scalars, reading)

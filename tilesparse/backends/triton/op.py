@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -24,7 +24,7 @@ from ...ir import KEY_SENTINEL, HeadGroup, NotSelf, PreparedGroup, SameBucket
 from ..first_order import first_order_only
 from . import kernels
 from .gqa import sum_into_kv_heads
-from .launch import kept_args, lean
+from .launch import Site, kept_args, lean
 from .nonfinite import LOCAL_MAX_KEYS, launch_pair, merged_sanitize_on, new_flags
 
 __all__ = [
@@ -293,6 +293,17 @@ class Launch:
     constants: dict
     unchanged: Callable | None
     local: bool = False
+    sites: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def site(self, kernel, flag: str | None = None) -> Site:
+        """This launch's :class:`~.launch.Site` of ``kernel``, with the constant ``flag`` set
+        where given (a variant: ``SANITIZE``, ``LOCAL_SANITIZE``); made on first use."""
+        key = (kernel, flag)
+        site = self.sites.get(key)
+        if site is None:
+            constants = self.constants if flag is None else {**self.constants, flag: True}
+            site = self.sites[key] = Site(lean(kernel), self.grid, constants)
+        return site
 
 
 class Launches:
@@ -461,9 +472,8 @@ def _launch_fwd(
     Triton kernel itself, or after the warp-specialized one, which takes none, by two products."""
     folded = poison if fwd.unchanged is None else None
     launch_pair(
-        kernels._attn_fwd, fwd.grid, q, k, v, o, lse, *_index_args(g, True, nonfinite),
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *fwd.scalars, folded,
-        unchanged=fwd.unchanged, local=fwd.local, **fwd.constants,
+        kernels._attn_fwd, fwd, (q, k, v, o, lse), _index_args(g, True, nonfinite),
+        (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *fwd.scalars, folded),
     )  # fmt: skip
     if poison is not None and folded is None:
         o.mul_(poison)
@@ -529,9 +539,9 @@ class _SparseAttention(torch.autograd.Function):
         dq = torch.empty_like(q) if launches.full else torch.zeros_like(q)
         merged = merged_sanitize_on()  # both sanitizing variants in one launch, after the unchanged ones
         launch_pair(
-            kernels._attn_bwd_dq, dq_launch.grid, q, k, v, o, do, dq, lse, delta, *_index_args(g, True, nonfinite),
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
-            *dq_launch.scalars, unchanged=dq_launch.unchanged, sanitize=not merged, **dq_launch.constants,
+            kernels._attn_bwd_dq, dq_launch, (q, k, v, o, do, dq, lse, delta), _index_args(g, True, nonfinite),
+            (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
+             *dq_launch.scalars), sanitize=not merged,
         )  # fmt: skip
 
         if launches.direct:
@@ -540,10 +550,9 @@ class _SparseAttention(torch.autograd.Function):
             dk = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
             dv = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
         launch_pair(
-            kernels._attn_bwd_dkdv, dkdv_launch.grid, q, k, v, do, dk, dv, lse, delta,
-            *_index_args(g, False, nonfinite),
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
-            *dkdv_launch.scalars, unchanged=dkdv_launch.unchanged, sanitize=not merged, **dkdv_launch.constants,
+            kernels._attn_bwd_dkdv, dkdv_launch, (q, k, v, do, dk, dv, lse, delta), _index_args(g, False, nonfinite),
+            (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
+             *dkdv_launch.scalars), sanitize=not merged,
         )  # fmt: skip
         if merged:
             s = launches.sanitize

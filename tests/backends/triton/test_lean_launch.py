@@ -18,7 +18,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from tilesparse.backends.triton.launch import (  # noqa: E402
-    LEAN_TRITON, OPTIONS, Fixed, LeanKernel, arg_key, expanded, interned, lean, lean_supported, prepared,
+    LEAN_TRITON, OPTIONS, Fixed, LeanKernel, arg_key, direct_head, expanded, interned, lean, lean_supported, prepared,
 )
 from tilesparse.backends.triton.versions import installed_triton  # noqa: E402
 
@@ -322,3 +322,30 @@ def test_a_fixed_block_compiles_from_its_tensors_and_launches_their_addresses():
 def test_interned_keys_are_one_int_per_distinct_key():
     assert interned(("a", 1)) == interned(("a", 1)) != interned(("a", 2))
     assert isinstance(interned(("b",)), int)
+
+
+def test_a_direct_launch_hands_the_c_function_what_tritons_launcher_does():
+    """On Triton 3.6 a hit calls the launcher's C function itself (``launch.direct_head``)
+    where the kernel takes no scratch memory: with the arguments the launcher's own call passes
+    it. On other releases, or with scratch memory, the launcher itself is called."""
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    calls = []
+    launcher = object.__new__(CudaLauncher)  # its C module is the recorder: nothing compiles
+    launcher.__dict__.update(
+        launch=lambda *a: calls.append(a), num_ctas=1, global_scratch_size=0, global_scratch_align=1,
+        profile_scratch_size=0, profile_scratch_align=1, launch_cooperative_grid=False, launch_pdl=True,
+    )  # fmt: skip
+    head = direct_head(launcher, ("meta",))
+    if installed_triton() != (3, 6):
+        assert head is None
+        return
+    args = (11, 12.5, None, True)
+    launcher(3, 2, 1, 7, "fn-handle", ("meta",), None, None, None, *args)
+    launcher.launch(3, 2, 1, 7, "fn-handle", *head, *args)
+    assert calls[0] == calls[1] and len(calls) == 2
+    for scratch in ("global_scratch_size", "profile_scratch_size"):
+        setattr(launcher, scratch, 64)
+        assert direct_head(launcher, ("meta",)) is None, scratch
+        setattr(launcher, scratch, 0)
+    assert direct_head(_Compiled([]), ("meta",)) is None  # not Triton's launcher class

@@ -503,23 +503,28 @@ def _without_poison(launch: Callable) -> Callable:
 
 
 def _forward(
-    q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, launches: Launches, poison: Tensor | None = None
-) -> tuple[Tensor, Tensor, Tensor]:
-    """O, LSE and the backward pass's zeroed flag of group ``g`` (nonfinite.py); ``poison``: the
-    call's, folded into O and LSE (None: none)."""
+    q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, launches: Launches, poison: Tensor | None = None,
+    delta: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """O, LSE, the backward pass's zeroed flag of group ``g`` (nonfinite.py) and, with
+    ``delta``, the backward's delta buffer, allocated with the LSE as one tensor (an allocation
+    fewer a backward), else None; ``poison``: the call's, folded into O and LSE (None: none)."""
     B, H, T, D, Tk, Hg = launches.sizes
     o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)
+    if delta:
+        lse, rows = torch.empty((2, B, Hg, T), dtype=torch.float32, device=q.device).unbind()
+    else:
+        lse, rows = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device), None
     # zeroed by the group's build where it wrote them, else a fill of their own
     forward_flag, backward_flag = g.flags or new_flags(q.device)
     _launch_fwd(q, k, v, o, lse, g, launches.fwd, forward_flag, poison)
-    return o, lse, backward_flag
+    return o, lse, backward_flag, rows
 
 
 class _SparseAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, launches: Launches, poison: Tensor | None):
-        o, lse, ctx.backward_flag = _forward(q, k, v, g, launches, poison)
+        o, lse, ctx.backward_flag, ctx.delta = _forward(q, k, v, g, launches, poison, delta=True)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.g, ctx.launches = g, launches
         return o
@@ -532,7 +537,7 @@ class _SparseAttention(torch.autograd.Function):
         dq_launch, dkdv_launch = launches.backward
         do = do.contiguous()
 
-        delta = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device)  # written by the dQ kernel
+        delta = ctx.delta  # written by the dQ kernel; allocated with the forward's lse
         # the pass's flag, zeroed by the forward: set by the unchanged dQ or dK/dV variant (nonfinite.py)
         nonfinite = ctx.backward_flag
 
@@ -546,9 +551,8 @@ class _SparseAttention(torch.autograd.Function):
 
         if launches.direct:
             dk, dv = torch.empty_like(k), torch.empty_like(v)
-        else:
-            dk = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
-            dv = torch.empty((B, Hg, Tk, D), dtype=torch.float32, device=q.device)
+        else:  # per query head, one allocation for both
+            dk, dv = torch.empty((2, B, Hg, Tk, D), dtype=torch.float32, device=q.device).unbind()
         launch_pair(
             kernels._attn_bwd_dkdv, dkdv_launch, (q, k, v, do, dk, dv, lse, delta), _index_args(g, False, nonfinite),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],

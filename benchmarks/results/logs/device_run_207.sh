@@ -14,11 +14,11 @@ for ab in sites:hash16,keep0.7 sites:dense-triton,topk8; do
 done
 FIRST="test_lean_launch_gpu.py test_gluon_fwd_gpu.py test_gluon_dq_gpu.py test_gluon_dkdv_gpu.py test_triton_gpu.py
   test_nan_containment_gpu.py test_graphs_gpu.py test_graph_capture_gpu.py test_dense_heads_gpu.py test_topk_gpu.py"
-LEFT=$(( 470 - ($(date +%s) - T0) ))
+LEFT=$(( 400 - ($(date +%s) - T0) ))
 timeout $LEFT python3 -m pytest -q -rfEs -m gpu -n 10 -p no:cacheprovider $(for f in $FIRST; do echo tests/gpu/$f; done) \
   > $R/tests_gpu_first_run207.log 2>&1
 echo "tests rc=$? t=$(( $(date +%s) - T0 ))s (limit ${LEFT}s)"; grep -E "passed|failed|FAILED|ERROR" $R/tests_gpu_first_run207.log | tail -12 | cut -c1-300
-LEFT=$(( 585 - ($(date +%s) - T0) ))
+LEFT=$(( 450 - ($(date +%s) - T0) ))
 [ $LEFT -gt 30 ] || { echo "no time left for the sort kernels"; exit 0; }
 timeout $LEFT python3 benchmarks/results/logs/ab_sort_kernels.py $R/ab_sort_kernels_run207.json \
   > $R/ab_sort_kernels_run207.log 2>&1

@@ -158,3 +158,21 @@ def test_a_site_keeps_a_bounded_number_of_entries():
     for n in range(L._SITE_ENTRIES + 5):
         site((x,), (block,), (n,))
     assert len(site.entries) <= L._SITE_ENTRIES
+
+
+def test_sites_by_key_are_made_once_and_bounded(monkeypatch):
+    fn = _stand_in(1, 0, 1)
+    monkeypatch.setattr(L, "lean", _lean)
+    sites = L.Sites(fn)
+    made = []
+
+    def grid_and_constants():
+        made.append(1)
+        return (4,), {"BLOCK": 16}
+
+    a = sites.get(("sizes", 1), grid_and_constants)
+    assert sites.get(("sizes", 1), grid_and_constants) is a and len(made) == 1
+    assert a.grid == (4, 1, 1) and a.constants == {"BLOCK": 16} and a.kernel.fn is fn
+    for n in range(L._SITES_KEPT + 3):
+        sites.get(("sizes", n + 2), grid_and_constants)
+    assert len(sites.sites) <= L._SITES_KEPT

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .launch import Site, cdiv, lean
+from .launch import Sites, cdiv
 
 __all__ = ["sum_into_kv_heads"]
 
@@ -96,17 +96,13 @@ def sum_into_kv_heads(
     out_k = torch.empty((B, H_k, Tk, D), dtype=k.dtype, device=k.device)
     out_v = torch.empty((B, H_v, Tk, D), dtype=v.dtype, device=v.device)
     heads_max = max(H_k, H_v)
-    sizes = (B, Hg, Tk, D, H_k, H_v, n_heads, in_order)
-    site = _SITES.get(sizes)
-    if site is None:
-        if len(_SITES) >= _SITES_KEPT:
-            _SITES.clear()
-        site = _SITES[sizes] = Site(lean(_sum_into_kv_heads), (cdiv(Tk * D, _BLOCK), B * heads_max, 2), dict(
-            BLOCK=_BLOCK, IN_ORDER=in_order, GROUP_K=n_heads // H_k if in_order else 1,
-            GROUP_V=n_heads // H_v if in_order else 1, num_warps=_WARPS))  # fmt: skip
+    site = _SITES.get((B, Hg, Tk, D, H_k, H_v, n_heads, in_order), lambda: (
+        (cdiv(Tk * D, _BLOCK), B * heads_max, 2),
+        dict(BLOCK=_BLOCK, IN_ORDER=in_order, GROUP_K=n_heads // H_k if in_order else 1,
+             GROUP_V=n_heads // H_v if in_order else 1, num_warps=_WARPS),
+    ))  # fmt: skip
     site((dk, dv, head_map, out_k, out_v), (), (Tk * D, Hg, n_heads // H_k, n_heads // H_v, H_k, H_v, heads_max))
     return out_k, out_v
 
 
-_SITES: dict[tuple, Site] = {}  # the launch's sites by sizes (a model's few signatures)
-_SITES_KEPT = 64
+_SITES = Sites(_sum_into_kv_heads)  # the launch's sites by sizes

@@ -50,7 +50,7 @@ from .versions import installed_triton
 
 __all__ = [
     "LEAN_TRITON", "OPTIONS", "Fixed", "LeanKernel", "arg_key", "cdiv", "expanded", "inline_fixed", "interned",
-    "Site", "direct_head", "keyed_launches", "kept_args", "launch_entry", "lean", "lean_supported", "normal_launches", "prepared", "read",
+    "Site", "Sites", "direct_head", "keyed_launches", "kept_args", "launch_entry", "lean", "lean_supported", "normal_launches", "prepared", "read",
 ]
 
 # (major, minor) of the Triton releases whose JITFunction.run / CompiledKernel.run this path
@@ -481,6 +481,28 @@ class Site:
             self.entries[key] = entry
 
 
+class Sites:
+    """The :class:`Site` of a kernel per key, made on first use: for a launch whose grid and
+    constants follow from sizes a free function works out per call (the key), at most
+    :data:`_SITES_KEPT` of them kept."""
+
+    __slots__ = ("fn", "sites")
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.sites: dict = {}
+
+    def get(self, key, grid_and_constants: Callable[[], tuple[tuple[int, ...], dict]]) -> Site:
+        """The site for ``key``; ``grid_and_constants()`` gives its grid and constants when new."""
+        site = self.sites.get(key)
+        if site is None:
+            if len(self.sites) >= _SITES_KEPT:
+                self.sites.clear()
+            site = self.sites[key] = Site(lean(self.fn), *grid_and_constants())
+        return site
+
+
+_SITES_KEPT = 64  # a model's few signatures
 _INLINE = [False]  # inline_fixed() in force
 
 

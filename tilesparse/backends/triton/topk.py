@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .launch import cdiv, lean
+from .launch import Sites, cdiv
 
 __all__ = ["MAX_HEAD_DIM", "topk_abs_into", "topk_abs_reasons", "topk_constexprs"]
 
@@ -154,8 +154,14 @@ def topk_abs_into(q: Tensor, k: Tensor, n_keep: int, q_support: Tensor, k_suppor
             )
     if max(Tq, Tk) == 0 or B * H == 0:
         return
+    site = _SITES.get((B, H, k.shape[1], Tq, Tk, D, q.dtype), lambda: _grid_and_constants(q, k))
+    site((q, k, q_support, k_support), (), (*q.stride(), *k.stride(), Tq, Tk, H, k.shape[1], n_keep))
+
+
+def _grid_and_constants(q: Tensor, k: Tensor) -> tuple[tuple[int, int], dict]:
+    B, H, Tq, D = q.shape
     constants = topk_constexprs(D, q.dtype)
-    lean(_topk_abs)[(cdiv(max(Tq, Tk), constants["BLOCK_T"]), B * (H + k.shape[1]))](
-        q, k, q_support, k_support, *q.stride(), *k.stride(), Tq, Tk, H, k.shape[1], n_keep,
-        **constants, num_warps=_WARPS,
-    )  # fmt: skip
+    return (cdiv(max(Tq, k.shape[2]), constants["BLOCK_T"]), B * (H + k.shape[1])), dict(constants, num_warps=_WARPS)
+
+
+_SITES = Sites(_topk_abs)  # the launch's sites by sizes and dtype

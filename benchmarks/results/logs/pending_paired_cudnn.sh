@@ -1,4 +1,5 @@
 #!/bin/bash
+# Prepared, not run (no device time left): when it runs, rename it device_run_N.sh and its outputs' run208 to that run's number.
 # #12 on the tree of launch sites (launch.Site, run 207): every built-in pattern paired with cuDNN SDPA call by call
 # (logs/paired_cudnn.py, as runs 196 and 204: 150 pairs, host and synchronized, 16 processes in turns) at both 4k
 # shapes; then the GPU tests run 207 did not take (every file in tests/gpu but its first subset and the two-GPU one)

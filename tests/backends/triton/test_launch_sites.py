@@ -59,16 +59,17 @@ def _calls(draw):
     return len(dtypes), n_block, calls
 
 
-@given(_calls(), st.sampled_from([(3,), (3, 2), (3, 2, 4)]))
+@given(_calls(), st.sampled_from([(3,), (3, 2), (3, 2, 4)]), st.booleans())
 @settings(max_examples=80, deadline=None)
-def test_a_site_hands_the_launcher_what_the_general_launch_does(case, grid):
+def test_a_site_hands_the_launcher_what_the_general_launch_does(case, grid, varying):
     """The same calls through a site and through its kernel's general launch (two stand-in
-    kernels): their launchers see the same launches, compiles and arguments alike."""
+    kernels): their launchers see the same launches, compiles and arguments alike, the site's
+    scalars keyed by value or (``varying``) as Triton specializes them."""
     n_tensors, n_block, calls = case
     n_scalars = len(calls[0][2])
     general, sited = (_stand_in(n_tensors, n_block, n_scalars) for _ in range(2))
     kernel = _lean(general)
-    site = Site(_lean(sited), grid, {"BLOCK": 32, "num_warps": 4})
+    site = Site(_lean(sited), grid, {"BLOCK": 32, "num_warps": 4}, varying=varying)
     for tensors, rest, scalars in calls * 2:
         kernel.launch(grid, (*tensors, *rest, *scalars), {"BLOCK": 32, "num_warps": 4})
         site(tensors, rest, scalars)
@@ -176,3 +177,15 @@ def test_sites_by_key_are_made_once_and_bounded(monkeypatch):
     for n in range(L._SITES_KEPT + 3):
         sites.get(("sizes", n + 2), grid_and_constants)
     assert len(sites.sites) <= L._SITES_KEPT
+
+
+def test_a_varying_site_keeps_one_entry_for_values_triton_specializes_alike():
+    fn = _stand_in(1, 0, 1)
+    site = Site(_lean(fn), (2,), {"BLOCK": 32}, varying=True)
+    x = _cuda(8, torch.float32)
+    for position in (3, 5, 7, 9, 11):  # ints that are not 1 and no multiple of 16: one specialization
+        site((x,), (), (position,))
+    assert len(site.entries) == 1 and [e[0] for e in fn.log] == ["normal", "lean", "lean", "lean", "lean"]
+    assert fn.log[-1][1][9:11] == (x.data_ptr(), 11)
+    site((x,), (), (32,))  # a multiple of 16: Triton's other specialization, another entry
+    assert len(site.entries) == 2 and fn.log[-1][0] == "normal"

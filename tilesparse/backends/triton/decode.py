@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .launch import lean
+from .launch import Sites
 
 __all__ = ["decode_split", "merge_splits", "split_count"]
 
@@ -127,17 +127,24 @@ def decode_split(
     sparse = k_ids is not None
     kf = k_ids.shape[-1] if sparse else 1
     dummy = v
-    lean(_decode_split)[(n_splits, B * H)](
+    not_self = self_pos is not None
+    # self_pos changes every step: the site keys the scalars as Triton specializes them
+    site = _SITES.get((B, H, Hkv, D, n_splits, block_n, kf if sparse else None, not_self), lambda: (
+        (n_splits, B * H),
+        dict(GROUP=H // Hkv, HEAD_DIM=D, BLOCK_D=max(16, triton.next_power_of_2(D)), BLOCK_N=block_n,
+             N_SPLITS=n_splits, SPARSE=sparse, KF=kf, KF_PAD=max(2, triton.next_power_of_2(kf)), NOT_SELF=not_self),
+    ), varying=True)  # fmt: skip
+    tensors = (
         q.contiguous(), dummy if k is None else k.contiguous(), v.contiguous(),
         k_ids.contiguous() if sparse else index, k_vals.contiguous() if sparse else dummy,
         index.contiguous(), slot.contiguous(), lo.to(torch.int32).contiguous(), count.to(torch.int32).contiguous(),
         o_part, lse_part,
-        H, max_tokens, capacity, chunk, -1 if self_pos is None else self_pos, scale * LOG2E,
-        GROUP=H // Hkv, HEAD_DIM=D, BLOCK_D=max(16, triton.next_power_of_2(D)), BLOCK_N=block_n,
-        N_SPLITS=n_splits, SPARSE=sparse, KF=kf, KF_PAD=max(2, triton.next_power_of_2(kf)),
-        NOT_SELF=self_pos is not None,
     )  # fmt: skip
+    site(tensors, (), (H, max_tokens, capacity, chunk, -1 if self_pos is None else self_pos, scale * LOG2E))
     return merge_splits(o_part, lse_part)
+
+
+_SITES = Sites(_decode_split)  # the launch's sites by sizes and flags (its constants follow from them)
 
 
 def merge_splits(o_part: Tensor, lse_part: Tensor) -> Tensor:

@@ -419,16 +419,20 @@ class Site:
     kernel too and keeps the entry it used.
 
     The scalars must keep their types position by position (ints stay ints, bools bools: an
-    int 1 and True are one key): a miss checks them against the first miss's and raises."""
+    int 1 and True are one key): a miss checks them against the first miss's and raises.
+    ``varying``: a scalar changes from call to call (a position); the scalars are keyed by what
+    Triton specializes them on (:func:`_scalar_key`: an int by whether it is 1, its divisibility
+    by 16 and its range), not by value."""
 
-    __slots__ = ("kernel", "grid", "constants", "entries", "types")
+    __slots__ = ("kernel", "grid", "constants", "entries", "types", "varying")
 
-    def __init__(self, kernel: LeanKernel, grid: tuple[int, ...], constants: dict):
+    def __init__(self, kernel: LeanKernel, grid: tuple[int, ...], constants: dict, *, varying: bool = False):
         self.kernel = kernel
         self.grid = (*grid, *(1,) * (3 - len(grid)))
         self.constants = dict(constants)
         self.entries: dict[tuple, tuple] = {}
         self.types: tuple | None = None
+        self.varying = varying
 
     def __call__(self, tensors: tuple, rest: tuple, scalars: tuple, reading: tuple | None = None) -> tuple | None:
         """Launch with runtime arguments ``(*tensors, *rest, *scalars)``; ``reading``: :func:`read`
@@ -453,7 +457,7 @@ class Site:
                 return None
         dtypes, addresses = reading
         device = kernel._device()
-        key = (device, dtypes, block_key, scalars)
+        key = (device, dtypes, block_key, tuple(map(_scalar_key, scalars)) if self.varying else scalars)
         hit = self.entries.get(key)
         if hit is None:
             self._miss(key, tensors, rest, scalars)
@@ -492,13 +496,14 @@ class Sites:
         self.fn = fn
         self.sites: dict = {}
 
-    def get(self, key, grid_and_constants: Callable[[], tuple[tuple[int, ...], dict]]) -> Site:
-        """The site for ``key``; ``grid_and_constants()`` gives its grid and constants when new."""
+    def get(self, key, grid_and_constants: Callable[[], tuple[tuple[int, ...], dict]], *, varying: bool = False) -> Site:
+        """The site for ``key``; ``grid_and_constants()`` gives its grid and constants when new
+        (``varying``: :class:`Site`'s)."""
         site = self.sites.get(key)
         if site is None:
             if len(self.sites) >= _SITES_KEPT:
                 self.sites.clear()
-            site = self.sites[key] = Site(lean(self.fn), *grid_and_constants())
+            site = self.sites[key] = Site(lean(self.fn), *grid_and_constants(), varying=varying)
         return site
 
 

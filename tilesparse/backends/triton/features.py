@@ -240,26 +240,25 @@ class _BoundSide:
         blocks = triton.cdiv(T, constants["BLOCK_T"]) if T else 0
         kernel = lean(_keep_features)
         # each direction's (site, (seqlen, n_src, x_div, heads_out)), None where its output is empty
-        self.keeps = (Site(kernel, (blocks, B * n_heads), constants), (T, 1, group, n_heads)) if B * n_heads * T else None
+        keeps = Site(kernel, (blocks, B * n_heads), constants), (T, 1, group, n_heads)
+        self.keeps = keeps if B * n_heads * T else None
         self.grads = (Site(kernel, (blocks, B * Hx), constants), (T, group, 1, Hx)) if B * Hx * T else None
 
     def keep(self, x: Tensor, support: Tensor) -> Tensor:
-        out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
-        if self.keeps is not None:
-            site, sizes = self.keeps
-            tensors, scalars = _arguments(sizes, x, support, self.slots, out)
-            site(tensors, (), scalars)
-        return out
+        return self._into(self.keeps, x, support, torch.empty(self.shape, dtype=self.dtype, device=self.device))
 
     def grad(self, grad: Tensor, support: Tensor) -> Tensor:
         if grad.stride(-1) != 1:
             grad = grad.contiguous()
-        dx = torch.empty(self.grad_shape, dtype=self.dtype, device=self.device)
-        if self.grads is not None:
-            site, sizes = self.grads
-            tensors, scalars = _arguments(sizes, grad, support, self.slots, dx)
+        return self._into(self.grads, grad, support, torch.empty(self.grad_shape, dtype=self.dtype, device=self.device))
+
+    def _into(self, direction: tuple | None, x: Tensor, support: Tensor, out: Tensor) -> Tensor:
+        """``out`` written by ``direction``'s launch (None: empty, nothing to launch)."""
+        if direction is not None:
+            site, sizes = direction
+            tensors, scalars = _arguments(sizes, x, support, self.slots, out)
             site(tensors, (), scalars)
-        return dx
+        return out
 
 
 class _KeptPair(torch.autograd.Function):

@@ -130,7 +130,7 @@ class BoundHash:
     out once. A call whose tensors do not have the bound shapes, or whose buffers are not
     contiguous int32, goes through :func:`hash_into` and its checks (which name what is wrong)."""
 
-    __slots__ = ("buckets", "rot_shape", "bucket_shape", "grid", "scalars", "constants", "site")
+    __slots__ = ("buckets", "rot_shape", "bucket_shape", "scalars", "site")
 
     def __init__(self, q: Tensor, k: Tensor, buckets: int):
         B, H, T, D = q.shape
@@ -144,10 +144,9 @@ class BoundHash:
         self.buckets = buckets
         self.rot_shape = (H, D, math.ceil(buckets / 2))
         self.bucket_shape = (B, H, T)
-        self.constants = dict(hash_constexprs(D, buckets, q.dtype == torch.float32), num_warps=4, num_stages=1)
-        self.grid = (cdiv(T, self.constants["BLOCK_T"]), B * H, 2)
+        constants = dict(hash_constexprs(D, buckets, q.dtype == torch.float32), num_warps=4, num_stages=1)
         self.scalars = (T, H, H // k.shape[1])
-        self.site = Site(lean(_lsh_hash), self.grid, self.constants)
+        self.site = Site(lean(_lsh_hash), (cdiv(T, constants["BLOCK_T"]), B * H, 2), constants)
 
     def __call__(self, q: Tensor, k: Tensor, rotations: Tensor, q_bucket: Tensor, k_bucket: Tensor) -> None:
         if (

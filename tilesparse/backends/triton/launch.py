@@ -49,8 +49,9 @@ from ..switch import switched_on
 from .versions import installed_triton
 
 __all__ = [
-    "LEAN_TRITON", "OPTIONS", "Fixed", "LeanKernel", "arg_key", "cdiv", "expanded", "inline_fixed", "interned",
-    "Site", "Sites", "direct_head", "keyed_launches", "kept_args", "launch_entry", "lean", "lean_supported", "normal_launches", "prepared", "read",
+    "LEAN_TRITON", "OPTIONS", "Fixed", "LeanKernel", "Site", "Sites", "arg_key", "cdiv", "direct_head", "expanded",
+    "inline_fixed", "interned", "keyed_launches", "kept_args", "launch_entry", "lean", "lean_supported",
+    "normal_launches", "prepared", "read",
 ]
 
 # (major, minor) of the Triton releases whose JITFunction.run / CompiledKernel.run this path
@@ -297,11 +298,6 @@ class LeanKernel:
     def __getitem__(self, grid: tuple[int, ...]):
         return lambda *args, **constants: self.launch(grid, args, constants)
 
-    def keyed(self, args: tuple) -> tuple[tuple, tuple] | None:
-        """:func:`prepared` ``(args)`` where a launch would compute it: launches of one argument
-        list with other constants (a launch pair) share it."""
-        return prepared(args) if self.enabled and not _NORMAL[0] else None
-
     def lean_now(self) -> bool:
         """Whether a launch now takes the lean path: enabled, outside :func:`normal_launches`,
         and no launch hook set (a profiler's hooks see every launch through Triton's own)."""
@@ -314,16 +310,14 @@ class LeanKernel:
         """Triton's own ``kernel[grid]`` launch (compiling on a miss), with :data:`OPTIONS`."""
         return self.fn[grid](*expanded(args), **constants, **OPTIONS)
 
-    def launch(
-        self, grid: tuple[int, ...], args: tuple, constants: dict, keyed: tuple[tuple, tuple] | None = None
-    ) -> tuple | None:
+    def launch(self, grid: tuple[int, ...], args: tuple, constants: dict) -> tuple | None:
         """Launch; the cache entry a later launch with this key takes (None: launched through
         Triton's own path, :meth:`lean_now` being false)."""
         if not self.lean_now():
             self._normal(grid, args, constants)
             return None
         device = self._device()
-        args_key, run_args = prepared(args) if keyed is None else keyed
+        args_key, run_args = prepared(args)
         key = (device, tuple(constants.items()), args_key)
         hit = self.cache.get(key)
         if hit is None:
@@ -442,18 +436,18 @@ class Site:
         if rest:
             block = rest[0]
             if len(rest) != 1 or type(block) is not Fixed:
-                kernel.launch(self.grid, (*tensors, *rest, *scalars), self.constants)
+                self._general(tensors, rest, scalars)
                 return None
             block_key, block_addresses = block.key, block.addresses
         else:
             block_key, block_addresses = -1, ()
         if _KEYED[0] or not kernel.lean_now():
-            kernel.launch(self.grid, (*tensors, *rest, *scalars), self.constants)
+            self._general(tensors, rest, scalars)
             return None
         if reading is None:
             reading = read(tensors)
             if reading is None:
-                kernel.launch(self.grid, (*tensors, *rest, *scalars), self.constants)
+                self._general(tensors, rest, scalars)
                 return None
         dtypes, addresses = reading
         device = kernel._device()
@@ -467,6 +461,11 @@ class Site:
         g0, g1, g2 = self.grid
         go(g0, g1, g2, kernel._stream(device), function, *head, *addresses, *block_addresses, *scalars, *tail)
         return reading
+
+    def _general(self, tensors: tuple, rest: tuple, scalars: tuple) -> None:
+        """The kernel's general launch of these arguments, which keys every one; returns None
+        (no reading: :meth:`__call__`'s result)."""
+        self.kernel.launch(self.grid, (*tensors, *rest, *scalars), self.constants)
 
     def _miss(self, key: tuple, tensors: tuple, rest: tuple, scalars: tuple) -> None:
         entry = self.kernel.launch(self.grid, (*tensors, *rest, *scalars), self.constants)
@@ -496,7 +495,9 @@ class Sites:
         self.fn = fn
         self.sites: dict = {}
 
-    def get(self, key, grid_and_constants: Callable[[], tuple[tuple[int, ...], dict]], *, varying: bool = False) -> Site:
+    def get(
+        self, key, grid_and_constants: Callable[[], tuple[tuple[int, ...], dict]], *, varying: bool = False
+    ) -> Site:
         """The site for ``key``; ``grid_and_constants()`` gives its grid and constants when new
         (``varying``: :class:`Site`'s)."""
         site = self.sites.get(key)

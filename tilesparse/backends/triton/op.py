@@ -504,27 +504,28 @@ def _without_poison(launch: Callable) -> Callable:
 
 def _forward(
     q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, launches: Launches, poison: Tensor | None = None,
-    delta: bool = False,
+    with_delta: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """O, LSE, the backward pass's zeroed flag of group ``g`` (nonfinite.py) and, with
-    ``delta``, the backward's delta buffer, allocated with the LSE as one tensor (an allocation
-    fewer a backward), else None; ``poison``: the call's, folded into O and LSE (None: none)."""
+    ``with_delta``, the backward's delta buffer, allocated with the LSE as one tensor (an
+    allocation fewer a backward), else None; ``poison``: the call's, folded into O and LSE
+    (None: none)."""
     B, H, T, D, Tk, Hg = launches.sizes
     o = torch.empty((B, Hg, T, D), dtype=q.dtype, device=q.device)
-    if delta:
-        lse, rows = torch.empty((2, B, Hg, T), dtype=torch.float32, device=q.device).unbind()
+    if with_delta:
+        lse, delta = torch.empty((2, B, Hg, T), dtype=torch.float32, device=q.device).unbind()
     else:
-        lse, rows = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device), None
+        lse, delta = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device), None
     # zeroed by the group's build where it wrote them, else a fill of their own
     forward_flag, backward_flag = g.flags or new_flags(q.device)
     _launch_fwd(q, k, v, o, lse, g, launches.fwd, forward_flag, poison)
-    return o, lse, backward_flag, rows
+    return o, lse, backward_flag, delta
 
 
 class _SparseAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, launches: Launches, poison: Tensor | None):
-        o, lse, ctx.backward_flag, ctx.delta = _forward(q, k, v, g, launches, poison, delta=True)
+        o, lse, ctx.backward_flag, ctx.delta = _forward(q, k, v, g, launches, poison, with_delta=True)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.g, ctx.launches = g, launches
         return o

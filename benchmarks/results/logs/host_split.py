@@ -1,13 +1,14 @@
 """Where an eager call's host time goes on the GPU's host (#12): per row and mode, the host time
 from an idle GPU (median of --calls), the part of it spent inside the Triton launches
-(``LeanKernel.launch`` timed around each launch, summed per call, median), the launches per
-call, and the host time with every Triton launch stubbed out (torch's ops and this library's
+(``LeanKernel.launch`` and ``launch.Site``'s launches timed around each, summed per call,
+median), the launches per call, and the host time with every Triton launch stubbed out (torch's ops and this library's
 Python alone); a bare lean launch of a trivial kernel for scale; then cProfile of 300 calls of
 the rows named by --profile (own time, top 30).
 
     python3 benchmarks/results/logs/host_split.py OUT.json [--shapes ..] [--patterns ..] [--profile row/mode ..]
 """
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -28,24 +29,48 @@ from tilesparse.bench.timing import host_us  # noqa: E402
 
 DEV = torch.device("cuda")
 spent = [0.0, 0]
-real_launch = L.LeanKernel.launch
+depth = [0]  # inside a timed launch: a site's general launch or miss (LeanKernel.launch) is counted once
+real_launch, real_site = L.LeanKernel.launch, L.Site.__call__
 
 
-def timed_launch(self, grid, args, constants, keyed=None):
-    t = time.perf_counter()
-    real_launch(self, grid, args, constants, keyed)
-    spent[0] += time.perf_counter() - t
-    spent[1] += 1
+def _timed(real):
+    def timed(self, *args, **kwargs):
+        depth[0] += 1
+        t = time.perf_counter()
+        try:
+            return real(self, *args, **kwargs)
+        finally:
+            depth[0] -= 1
+            if depth[0] == 0:
+                spent[0] += time.perf_counter() - t
+                spent[1] += 1
+    return timed
 
 
 def stub_launch(self, grid, args, constants, keyed=None):
     spent[1] += 1
 
 
+def stub_site(self, tensors, rest, scalars, reading=None):
+    spent[1] += 1
+
+
+def patched(launch, site):
+    """Every Triton launch (LeanKernel.launch, and launch.Site's, which launch on a hit without
+    it) replaced by ``launch`` and ``site``; a context manager."""
+    @contextlib.contextmanager
+    def block():
+        L.LeanKernel.launch, L.Site.__call__ = launch, site
+        try:
+            yield
+        finally:
+            L.LeanKernel.launch, L.Site.__call__ = real_launch, real_site
+    return block()
+
+
 def launch_share(fn, calls):
     """(median us inside launches per call, launches per call)"""
-    L.LeanKernel.launch = timed_launch
-    try:
+    with patched(_timed(real_launch), _timed(real_site)):
         per, n = [], 0
         for _ in range(calls):
             torch.cuda.synchronize()
@@ -54,8 +79,6 @@ def launch_share(fn, calls):
             per.append(spent[0])
             n = spent[1]
         return round(1e6 * statistics.median(per), 1), n
-    finally:
-        L.LeanKernel.launch = real_launch
 
 
 @triton.jit
@@ -104,11 +127,8 @@ def main():
                     fn()
                 r = {"host": round(host_us(fn, DEV, a.calls, stat="median", warmup=3), 1)}
                 r["in_launches"], r["launches"] = launch_share(fn, a.calls)
-                L.LeanKernel.launch = stub_launch
-                try:
+                with patched(stub_launch, stub_site):
                     r["stubbed"] = round(host_us(fn, DEV, a.calls, stat="median", warmup=3), 1)
-                finally:
-                    L.LeanKernel.launch = real_launch
                 out["rows"][f"{key}/{mode}"] = r
                 print(f"{key}/{mode}", r, flush=True)
                 if f"{key}/{mode}" in a.profile or f"{key.split('/')[-1]}/{mode}" in a.profile:

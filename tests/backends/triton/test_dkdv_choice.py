@@ -99,13 +99,28 @@ class _Recorder:
         self.launches.append((grid, args, dict(constants), keyed))
 
 
+def record_sites(monkeypatch, module) -> tuple[list, list]:
+    """``module.site`` (a Gluon module's) replaced by one that records its grid and keywords and
+    returns a stand-in recording its calls, each returning "reading": the list of (grid,
+    keywords, calls) per site made, and an empty list for the caller's pairs."""
+    sites = []
+
+    def site(grid, **kw):
+        calls = []
+        sites.append((grid, kw, calls))
+        return lambda tensors, rest, scalars, reading=None: calls.append((tensors, rest, scalars, reading)) or "reading"
+
+    monkeypatch.setattr(module, "site", site)
+    return sites, []
+
+
 def test_launch_pair_runs_the_stand_in_then_the_sanitizing_variant(monkeypatch):
     rec = _Recorder()
     monkeypatch.setattr(op, "lean", lambda kernel: rec)
     stood_in = []
-    pair = op.Launch((3, 2), (), {"X": 1}, lambda grid, args: stood_in.append((grid, args)))
+    pair = op.Launch((3, 2), (), {"X": 1}, lambda *args: stood_in.append(args) or None)
     nonfinite.launch_pair("kernel", pair, ("a",), (), ("b",))
-    assert stood_in == [((3, 2), ("a", "b"))]
+    assert stood_in == [(("a",), (), ("b",))]
     assert rec.launches == [((3, 2, 1), ("a", "b"), {"X": 1, "SANITIZE": True}, None)]
     rec.launches.clear()
     nonfinite.launch_pair("kernel", op.Launch((3, 2), (), {"X": 1}, None), ("a",), (), ("b",))
@@ -126,11 +141,48 @@ def test_gluon_launch_takes_the_flags_and_its_launch_shape(monkeypatch, D):
     assert grid == (5, 8) and args == ("args",)
     assert const == dict(DKV_PER_QUERY_HEAD=True, HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=64, MAX_SEG=4, **flags,
                          STAGES=cfg.stages, COMPUTE_REGS=cfg.regs, num_warps=4, maxnreg=cfg.maxnreg)  # fmt: skip
+    gluon_dkdv.site((5, 8), head_dim=D, per_query_head=True, max_seg=4, flags=flags)(("t",), (), (3,))
+    assert rec.launches[1] == ((5, 8, 1), ("t", 3), const, None)  # its site launches as launch() does
     other = gluon_dkdv.WsConfig(16, 3, 200, 255)
     gluon_dkdv.launch((5, 8), ("args",), head_dim=D, per_query_head=False, max_seg=4, flags=flags, config=other)
-    const = rec.launches[1][2]
+    const = rec.launches[2][2]
     assert (const["BLOCK_M"], const["STAGES"], const["COMPUTE_REGS"], const["maxnreg"]) == (16, 3, 200, 255)
     assert const["DKV_PER_QUERY_HEAD"] is False
+
+
+@pytest.mark.parametrize("Hkv", [4, 2])
+def test_the_backward_hands_the_dkdv_launch_to_it(monkeypatch, Hkv):
+    """With the kernel taken, the dK/dV launch pair runs gluon_dkdv's site at the Triton kernel's
+    grid on its runtime arguments, per query head where kv heads are shared, with the group's
+    flags, then the sanitizing variant; the launch pair hands the sanitizing variant the reading
+    the site returned."""
+    monkeypatch.setattr(op, "ws_dkdv", lambda cfg, q, g=None: True)
+    monkeypatch.setattr(op, "ws_dq", lambda cfg, q, g=None: False)
+    sites, pairs = record_sites(monkeypatch, gluon_dkdv)
+    rec = _Recorder()
+    real_lean = op.lean
+    monkeypatch.setattr(op, "lean", lambda kernel: rec if kernel is op.kernels._attn_bwd_dkdv else real_lean(kernel))
+    real_pair = op.launch_pair
+
+    def pair(kernel, launch, tensors, rest, scalars, sanitize=True):
+        pairs.append((kernel, launch.grid, (tensors, rest, scalars)))
+        if kernel is op.kernels._attn_bwd_dkdv:
+            real_pair(kernel, launch, tensors, rest, scalars, sanitize=sanitize)
+
+    monkeypatch.setattr(op, "launch_pair", pair)
+    q, g = _group(ts.Hash(buckets=4), T=120, H=4, Hkv=Hkv)
+    q = q.requires_grad_()
+    k, v = (torch.randn((1, Hkv, 120, 64), requires_grad=True) for _ in range(2))
+    cfg = tile_config(64, q.dtype, q.device)
+    o = op.sparse_attention(q, k, v, g, 0.125, cfg)  # the pairs are recorded: no attention kernel runs
+    o.backward(torch.ones_like(o))
+    ((kernel, grid, args),) = [p for p in pairs if p[0] is op.kernels._attn_bwd_dkdv]
+    ((got_grid, kw, calls),) = sites
+    assert got_grid == grid == (g.k_ranges.shape[2], 4) and calls == [(*args, None)]
+    assert kw == dict(head_dim=64, per_query_head=Hkv != 4, max_seg=g.k_ranges.shape[3], flags=op._flags(g, cfg))
+    # the sanitizing variant after it, through the Triton kernel's site (the recorder: its general launch)
+    ((_, got_args, const, _),) = rec.launches
+    assert got_args == (*args[0], *args[1], *args[2]) and const["SANITIZE"] is True
 
 
 def test_no_launch_shape_outside_64_and_128():

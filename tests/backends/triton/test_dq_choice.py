@@ -15,7 +15,7 @@ from tilesparse.backends.triton import gluon_dq, op
 from tilesparse.backends.triton.op import override_config, tile_config, ws_dq, ws_dq_reason
 
 # this directory is on the path (no __init__.py)
-from test_dkdv_choice import _group, _Recorder, check_reasons, check_segment_rule
+from test_dkdv_choice import _group, _Recorder, check_reasons, check_segment_rule, record_sites
 
 
 def test_explain_names_the_kernel_and_why_not_the_warp_specialized_one():
@@ -55,15 +55,14 @@ def test_bucket_groups_take_it_from_a_segment_length(monkeypatch):
 
 
 def test_the_backward_hands_the_dq_launch_to_it(monkeypatch):
-    """With the kernel taken, the dQ launch pair runs gluon_dq.launch on the Triton kernel's
-    grid and runtime arguments, with the group's flags, then the sanitizing variant."""
+    """With the kernel taken, the dQ launch pair runs gluon_dq's site at the Triton kernel's grid
+    on its runtime arguments, with the group's flags, then the sanitizing variant."""
     monkeypatch.setattr(op, "ws_dq", lambda cfg, q, g=None: True)
     monkeypatch.setattr(op, "ws_dkdv", lambda cfg, q, g=None: False)
-    stood_in, pairs = [], []
-    monkeypatch.setattr(gluon_dq, "launch", lambda grid, args, **kw: stood_in.append((grid, args, kw)))
+    sites, pairs = record_sites(monkeypatch, gluon_dq)
 
     def pair(kernel, launch, tensors, rest, scalars, sanitize=True):
-        pairs.append((kernel, launch.grid, (*tensors, *rest, *scalars), launch.unchanged, launch.constants))
+        pairs.append((kernel, launch.grid, (tensors, rest, scalars), launch.unchanged, launch.constants))
 
     monkeypatch.setattr(op, "launch_pair", pair)
     q, g = _group(ts.Hash(buckets=4), T=120)
@@ -75,9 +74,9 @@ def test_the_backward_hands_the_dq_launch_to_it(monkeypatch):
     (dq_pair,) = [p for p in pairs if p[0] is op.kernels._attn_bwd_dq]
     kernel, grid, args, unchanged, kwargs = dq_pair
     assert unchanged is not None
-    unchanged(grid, args)
-    ((got_grid, got_args, kw),) = stood_in
-    assert got_grid == grid == (g.q_ranges.shape[2], 4) and got_args is args
+    assert unchanged(*args) == "reading"
+    ((got_grid, kw, calls),) = sites
+    assert got_grid == grid == (g.q_ranges.shape[2], 4) and calls == [(*args, None)]
     assert kw == dict(head_dim=64, max_seg=g.q_ranges.shape[3], flags=op._flags(g, cfg))
     (dkdv_pair,) = [p for p in pairs if p[0] is op.kernels._attn_bwd_dkdv]
     assert dkdv_pair[3] is None  # dK/dV stays on the Triton kernel here
@@ -94,8 +93,10 @@ def test_gluon_launch_takes_the_flags_and_its_launch_shape(monkeypatch, D):
     assert grid == (5, 8) and args == ("args",)
     assert const == dict(HEAD_DIM=D, BLOCK_M=128, BLOCK_N=cfg.block_n, MAX_SEG=4, **flags, STAGES=cfg.stages,
                          COMPUTE_REGS=cfg.regs, num_warps=4, maxnreg=cfg.maxnreg)  # fmt: skip
+    gluon_dq.site((5, 8), head_dim=D, max_seg=4, flags=flags)(("t",), (), (3,))
+    assert rec.launches[1] == ((5, 8, 1), ("t", 3), const, None)  # its site launches as launch() does
     gluon_dq.launch((5, 8), ("args",), head_dim=D, max_seg=4, flags=flags, config=gluon_dq.DqConfig(128, 2, 216, 160))
-    const = rec.launches[1][2]
+    const = rec.launches[2][2]
     assert (const["BLOCK_N"], const["STAGES"], const["COMPUTE_REGS"], const["maxnreg"]) == (128, 2, 216, 160)
 
 

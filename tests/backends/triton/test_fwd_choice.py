@@ -1,7 +1,7 @@
 """Which forward kernel the Triton backend launches, on the CPU: the rule that picks the
 warp-specialized Gluon kernel (op.ws_fwd), the reasons explain() gives when it does not, the
 forward handing its launch to it with the Triton kernel's arguments and flags
-(nonfinite.launch_pair's stand-in), and its own launch shape (gluon_fwd.launch). The kernel itself
+(nonfinite.launch_pair's stand-in), and its own launch shape (gluon_fwd.launch, gluon_fwd.site). The kernel itself
 runs on Hopper only: tests/gpu/test_gluon_fwd_gpu.py.
 """
 
@@ -14,7 +14,7 @@ from tilesparse.backends.triton import gluon_fwd, op
 from tilesparse.backends.triton.op import override_config, tile_config, ws_fwd, ws_fwd_reason
 
 # this directory is on the path (no __init__.py)
-from test_dkdv_choice import _group, _Recorder, check_reasons, check_segment_rule
+from test_dkdv_choice import _group, _Recorder, check_reasons, check_segment_rule, record_sites
 
 
 def test_explain_names_the_kernel_and_why_not_the_warp_specialized_one():
@@ -53,29 +53,28 @@ def test_bucket_groups_take_it_from_a_segment_length(monkeypatch):
 
 
 def test_the_forward_hands_its_launch_to_it(monkeypatch):
-    """With the kernel taken, the forward launch pair runs gluon_fwd.launch on the Triton kernel's
-    grid and runtime arguments (but the poison, None for the Triton kernel's sanitizing variant
+    """With the kernel taken, the forward launch pair runs gluon_fwd's site at the Triton kernel's
+    grid on its runtime arguments (but the poison, None for the Triton kernel's sanitizing variant
     then), with the group's flags, then the sanitizing variant."""
     monkeypatch.setattr(op, "ws_fwd", lambda cfg, q, g=None: True)
-    stood_in, pairs = [], []
-    monkeypatch.setattr(gluon_fwd, "launch", lambda grid, args, **kw: stood_in.append((grid, args, kw)))
+    sites, pairs = record_sites(monkeypatch, gluon_fwd)
 
     def pair(kernel, launch, tensors, rest, scalars, sanitize=True):
-        pairs.append((kernel, launch.grid, (*tensors, *rest, *scalars), launch.unchanged, launch.constants))
+        pairs.append((kernel, launch.grid, (tensors, rest, scalars), launch.unchanged, launch.constants))
 
     monkeypatch.setattr(op, "launch_pair", pair)
     q, g = _group(ts.Hash(buckets=4), T=120)
     k, v = (torch.randn((1, 2, 120, 64)) for _ in range(2))
     cfg = tile_config(64, q.dtype, q.device)
     op.sparse_attention(q, k, v, g, 0.125, cfg)  # the pair is recorded: nothing runs
-    ((kernel, grid, args, unchanged, kwargs),) = pairs
+    ((kernel, grid, (tensors, rest, scalars), unchanged, kwargs),) = pairs
     assert kernel is op.kernels._attn_fwd and unchanged is not None
     assert "SANITIZE" not in kwargs  # launch_pair adds it to the second launch
-    unchanged(grid, args)
-    ((got_grid, got_args, kw),) = stood_in
+    assert unchanged(tensors, rest, scalars) == "reading"
+    ((got_grid, kw, calls),) = sites
     # kernels._attn_fwd's runtime arguments through v_group: the poison, the last, is the op's to apply
-    assert got_grid == grid == (g.q_ranges.shape[2], 4) and got_args == args[:-1] and args[-1] is None
-    assert len(got_args) == 34 and got_args[0] is q
+    assert got_grid == grid == (g.q_ranges.shape[2], 4) and calls == [(tensors, rest, scalars[:-1], None)]
+    assert scalars[-1] is None and len(tensors) + len(rest) + len(scalars) - 1 == 34 and tensors[0] is q
     assert kw == dict(head_dim=64, max_seg=g.q_ranges.shape[3], flags=op._flags(g, cfg))
 
 
@@ -89,9 +88,12 @@ def test_gluon_launch_takes_the_flags_and_its_launch_shape(monkeypatch):
     assert grid == (5, 8) and args == ("args",)
     assert const == dict(HEAD_DIM=128, BLOCK_M=128, BLOCK_N=cfg.block_n, MAX_SEG=4, **flags, STAGES=cfg.stages,
                          COMPUTE_REGS=cfg.regs, num_warps=4, maxnreg=cfg.maxnreg)  # fmt: skip
+    # its site launches as launch() does (the recorder's sites take the general launch)
+    gluon_fwd.site((5, 8), head_dim=128, max_seg=4, flags=flags)(("t",), (), (3,))
+    assert rec.launches[1] == ((5, 8, 1), ("t", 3), const, None)
     gluon_fwd.launch((5, 8), ("args",), head_dim=128, max_seg=4, flags=flags,
                      config=gluon_fwd.FwdConfig(64, 3, 232, 160))
-    const = rec.launches[1][2]
+    const = rec.launches[2][2]
     assert (const["BLOCK_N"], const["STAGES"], const["COMPUTE_REGS"], const["maxnreg"]) == (64, 3, 232, 160)
 
 

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 import torch
 
 from ...ir.semantics import KEY_SENTINEL as _KEY_SENTINEL
-from .launch import LeanKernel, lean_supported
+from .launch import LeanKernel, Site, lean_supported
 from .versions import installed_triton
 
-__all__ = ["GLUON_TRITON", "WsConfig", "gluon_reason", "launch", "launch_constants", "unusable", "ws_config"]
+__all__ = ["GLUON_TRITON", "WsConfig", "gluon_reason", "launch", "launch_constants", "site", "unusable", "ws_config"]
 
 # the Triton releases this kernel was written for and run on (3.7 and 3.8 compile it too, in CI
 # and by hand, but nothing ran it there: they launch the Triton kernel instead; 3.9 does not compile it)
@@ -107,6 +107,11 @@ def launch(grid: tuple[int, int], args: tuple, *, head_dim: int, per_query_head:
     launch shape than ``ws_config(head_dim)`` (benchmarks/probe_gluon_bwd.py)."""
     constants = launch_constants(config or ws_config(head_dim), head_dim, per_query_head, max_seg, flags)
     _launcher().launch(grid, args, constants)
+
+
+def site(grid: tuple[int, int], *, head_dim: int, per_query_head: bool, max_seg: int, flags: dict) -> Site:
+    """The :class:`~.launch.Site` of :func:`launch`'s launches at ``grid`` (as gluon_dq.site)."""
+    return Site(_launcher(), grid, launch_constants(ws_config(head_dim), head_dim, per_query_head, max_seg, flags))
 
 
 def launch_constants(cfg: WsConfig, head_dim: int, per_query_head: bool, max_seg: int, flags: dict) -> dict:

@@ -35,9 +35,10 @@ from dataclasses import dataclass
 import torch
 
 from .gluon_dkdv import GLUON_TRITON, KEY_SENTINEL, _keep, _scheduled, _tiles, gluon_reason
-from .launch import LeanKernel, lean_supported
+from .launch import LeanKernel, Site, lean_supported
 
-__all__ = ["BLOCK_M", "GLUON_TRITON", "DqConfig", "block_reason", "dq_config", "launch", "launch_constants", "unusable"]
+__all__ = ["BLOCK_M", "GLUON_TRITON", "DqConfig", "block_reason", "dq_config", "launch", "launch_constants", "site",
+           "unusable"]
 
 BLOCK_M = 128  # the query block: the IR's block_q, two consumers of 64 rows
 
@@ -91,6 +92,12 @@ def launch(grid: tuple[int, int], args: tuple, *, head_dim: int, max_seg: int, f
     runtime arguments (through ``v_group``); ``flags`` its predicate and loop flags (op._flags);
     ``config`` another launch shape than ``dq_config(head_dim)`` (benchmarks, sweeps)."""
     _launcher().launch(grid, args, launch_constants(config or dq_config(head_dim), head_dim, max_seg, flags))
+
+
+def site(grid: tuple[int, int], *, head_dim: int, max_seg: int, flags: dict) -> Site:
+    """The :class:`~.launch.Site` of :func:`launch`'s launches at ``grid``: the dQ launch pair's
+    unchanged variant (op.Launches), keyed per call by its tensors' dtypes and its scalars only."""
+    return Site(_launcher(), grid, launch_constants(dq_config(head_dim), head_dim, max_seg, flags))
 
 
 def launch_constants(cfg: DqConfig, head_dim: int, max_seg: int, flags: dict) -> dict:

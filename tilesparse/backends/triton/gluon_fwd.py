@@ -33,9 +33,9 @@ import torch
 from .gluon_dkdv import GLUON_TRITON, KEY_SENTINEL, _keep, _scheduled, _tiles, gluon_reason
 from .gluon_dq import BLOCK_M, _flag_and_store, _init_ring, _kv_stages, block_reason, launch_constants
 from .gluon_dq import DqConfig as FwdConfig
-from .launch import LeanKernel, lean_supported
+from .launch import LeanKernel, Site, lean_supported
 
-__all__ = ["BLOCK_M", "GLUON_TRITON", "FwdConfig", "fwd_config", "launch", "unusable"]
+__all__ = ["BLOCK_M", "GLUON_TRITON", "FwdConfig", "fwd_config", "launch", "site", "unusable"]
 
 COPY_ROWS = 32  # rows of K or V a producer copy gathers
 # FwdConfig, the launch shape: gluon_dq.DqConfig's fields (key tile width, ring stages, the
@@ -75,6 +75,11 @@ def launch(grid: tuple[int, int], args: tuple, *, head_dim: int, max_seg: int, f
     arguments (through ``v_group``); ``flags`` its predicate and loop flags (op._flags);
     ``config`` another launch shape than ``fwd_config(head_dim)`` (benchmarks, sweeps)."""
     _launcher().launch(grid, args, launch_constants(config or fwd_config(head_dim), head_dim, max_seg, flags))
+
+
+def site(grid: tuple[int, int], *, head_dim: int, max_seg: int, flags: dict) -> Site:
+    """The :class:`~.launch.Site` of :func:`launch`'s launches at ``grid`` (as gluon_dq.site)."""
+    return Site(_launcher(), grid, launch_constants(fwd_config(head_dim), head_dim, max_seg, flags))
 
 
 @functools.cache

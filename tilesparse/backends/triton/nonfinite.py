@@ -30,8 +30,9 @@ launch of both sanitizing ones (``kernels._attn_bwd_sanitize``: a grid axis pick
 or dK/dV's) where it took two: a launch fewer a backward, at every head dim. The two run side
 by side, so there the dQ programs leave the delta as the unchanged dQ variant stored it. Off
 by default: timed call by call (run 190), it took 7-18 µs *more* host time a forward+backward
-than the pairs (its launch reads its 45 arguments afresh, where a pair's two launches share one
-reading) and 1-4 µs less synchronized.
+than the pairs (its launch read its 45 arguments afresh, where a pair's two launches share one
+reading) and 1-4 µs less synchronized; launched from a site since, the kept group's index
+tensors one block (run 208), it was within -12 and +4 µs of the pairs, no gain resolved.
 """
 
 from __future__ import annotations
@@ -87,8 +88,9 @@ def launch_pair(kernel, launch, tensors: tuple, rest: tuple, scalars: tuple, *, 
     which case the unchanged dK/dV variant stores nothing).
 
     ``launch``: the pair's grid, constants and sites (``op.Launch``): its ``unchanged``, a
-    function of ``(grid, args)`` that stands in for the unchanged variant (a kernel computing
-    the same outputs under the same flag protocol: gluon_dkdv.py), None for the Triton kernel;
+    launch called as a ``launch.Site`` is that stands in for the unchanged variant (a kernel
+    computing the same outputs under the same flag protocol: gluon_dkdv.py), None for the
+    Triton kernel;
     its ``local``: ``kernel`` itself takes ``LOCAL_SANITIZE`` (no ``unchanged`` then), one
     launch, a pair inside :func:`sanitize_in_pairs`. The runtime arguments are
     ``(*tensors, *rest, *scalars)`` (``launch.Site``); the two launches share one reading of
@@ -98,10 +100,7 @@ def launch_pair(kernel, launch, tensors: tuple, rest: tuple, scalars: tuple, *, 
     if launch.local and not _PAIRED[0]:
         launch.site(kernel, "LOCAL_SANITIZE")(tensors, rest, scalars)
         return
-    reading = None
-    if launch.unchanged is None:
-        reading = launch.site(kernel)(tensors, rest, scalars)
-    else:
-        launch.unchanged(launch.grid, (*tensors, *rest, *scalars))
+    unchanged = launch.unchanged or launch.site(kernel)
+    reading = unchanged(tensors, rest, scalars)
     if sanitize:
         launch.site(kernel, "SANITIZE")(tensors, rest, scalars, reading)

@@ -285,8 +285,9 @@ def launch_key(g: PreparedGroup, q: Tensor, cfg: TileConfig) -> tuple:
 class Launch:
     """One kernel's launch pair (nonfinite.py) as every call of one signature makes it: the
     grid, the scalars after the strides, the compile-time constants, and the warp-specialized
-    kernel that stands in for the unchanged variant (None: the Triton kernel); ``local``: the
-    kernel sanitizes in the same launch (nonfinite.py: the forward at D <= 64 on short calls)."""
+    kernel's launch that stands in for the unchanged variant (None: the Triton kernel), called
+    as a :class:`~.launch.Site` is (its Gluon module's ``site``); ``local``: the kernel sanitizes
+    in the same launch (nonfinite.py: the forward at D <= 64 on short calls)."""
 
     grid: tuple[int, ...]
     scalars: tuple
@@ -333,8 +334,8 @@ class Launches:
         if ws_fwd(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
             from . import gluon_fwd
 
-            unchanged = _without_poison(functools.partial(gluon_fwd.launch, head_dim=D, max_seg=self.max_seg_q,
-                                                          flags=self.flags))
+            unchanged = _without_poison(gluon_fwd.site((self.n_qb, B * Hg), head_dim=D, max_seg=self.max_seg_q,
+                                                       flags=self.flags))
         self.fwd = Launch(
             (self.n_qb, B * Hg), (Hg, T, Tk, self.n_qb, scale * LOG2E, self.k_group, self.v_group),
             dict(**self.common, BLOCK_M=cfg.block_q, BLOCK_N=cfg.forward_tile(self.flags["SAME_BUCKET"]),
@@ -359,7 +360,7 @@ class Launches:
         if ws_dq(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
             from . import gluon_dq
 
-            unchanged = functools.partial(gluon_dq.launch, head_dim=D, max_seg=self.max_seg_q, flags=flags)
+            unchanged = gluon_dq.site((self.n_qb, B * Hg), head_dim=D, max_seg=self.max_seg_q, flags=flags)
         dq = Launch(
             (self.n_qb, B * Hg), scalars(self.n_qb),
             dict(BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n, MAX_SEG=self.max_seg_q, num_warps=cfg.dq_warps,
@@ -370,8 +371,8 @@ class Launches:
         if ws_dkdv(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
             from . import gluon_dkdv
 
-            unchanged = functools.partial(gluon_dkdv.launch, head_dim=D, per_query_head=not self.direct,
-                                          max_seg=self.max_seg_k, flags=flags)  # fmt: skip
+            unchanged = gluon_dkdv.site((self.n_kb, B * Hg), head_dim=D, per_query_head=not self.direct,
+                                        max_seg=self.max_seg_k, flags=flags)  # fmt: skip
         dkdv = Launch(
             (self.n_kb, B * Hg), scalars(self.n_kb),
             dict(DKV_PER_QUERY_HEAD=not self.direct, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=self.max_seg_k,
@@ -480,26 +481,30 @@ def _launch_fwd(
         lse.mul_(poison)
 
 
-def _index_args(g: PreparedGroup, query_ranges: bool, flag: Tensor) -> tuple:
+def _index_args(g: PreparedGroup, query_ranges: bool | None, flag: Tensor) -> tuple:
     """The attention kernels' arguments from ``g`` (orders, positions and buckets of both sides,
-    the query side's ranges and segment counts or the key side's, the head map) and the pass's
-    non-finite ``flag``: one launch.Fixed read once per kept group where the build keeps ``g``'s
-    tensors and ``flag`` is one of its flags (``g.fixed_args``), else the tensors themselves."""
+    the query side's ranges and segment counts or the key side's, or with ``query_ranges`` None
+    both sides', the merged sanitizing launch's; the head map) and the pass's non-finite
+    ``flag``: one launch.Fixed read once per kept group where the build keeps ``g``'s tensors
+    and ``flag`` is one of its flags (``g.fixed_args``), else the tensors themselves."""
     flags = g.flags or (None, None)
     which = 0 if flag is flags[0] else 1 if flag is flags[1] else None
     kept = g.fixed_args if which is not None else None
     return kept_args(kept, (query_ranges, which), lambda: _index_tensors(g, query_ranges, flag))
 
 
-def _index_tensors(g: PreparedGroup, query_ranges: bool, flag: Tensor) -> tuple:
-    ranges = (g.q_ranges, g.q_nseg) if query_ranges else (g.k_ranges, g.k_nseg)
+def _index_tensors(g: PreparedGroup, query_ranges: bool | None, flag: Tensor) -> tuple:
+    if query_ranges is None:
+        ranges = (g.q_ranges, g.q_nseg, g.k_ranges, g.k_nseg)
+    else:
+        ranges = (g.q_ranges, g.q_nseg) if query_ranges else (g.k_ranges, g.k_nseg)
     return (g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, *ranges, g.head_map, flag)
 
 
-def _without_poison(launch: Callable) -> Callable:
-    """``launch`` of a kernel taking ``kernels._attn_fwd``'s runtime arguments but the poison, the
-    last (the op multiplies its outputs by the poison itself)."""
-    return lambda grid, args: launch(grid, args[:-1])
+def _without_poison(site: Site) -> Callable:
+    """``site`` of a kernel taking ``kernels._attn_fwd``'s runtime arguments but the poison, the
+    last scalar (the op multiplies its outputs by the poison itself), called as a site."""
+    return lambda tensors, rest, scalars, reading=None: site(tensors, rest, scalars[:-1], reading)
 
 
 def _forward(
@@ -561,12 +566,11 @@ class _SparseAttention(torch.autograd.Function):
         )  # fmt: skip
         if merged:
             s = launches.sanitize
-            lean(kernels._attn_bwd_sanitize).launch(s.grid, (
-                q, k, v, o, do, dq, dk, dv, lse, delta, g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket,
-                g.q_ranges, g.q_nseg, g.k_ranges, g.k_nseg, g.head_map, nonfinite,
-                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
-                *dk.stride()[:3], *dv.stride()[:3], *s.scalars,
-            ), s.constants)  # fmt: skip
+            s.site(kernels._attn_bwd_sanitize)(
+                (q, k, v, o, do, dq, dk, dv, lse, delta), _index_args(g, None, nonfinite),
+                (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3],
+                 *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], *s.scalars),
+            )  # fmt: skip
         if not launches.direct:  # separate tensors: the op's backward may not return outputs that alias each other
             dk, dv = sum_into_kv_heads(dk, dv, g.head_map, H, k, v, in_order=launches.in_order)
         dq, dk, dv = first_order_only("triton", (dq, dk, dv), (q, k, v))

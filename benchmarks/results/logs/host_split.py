@@ -55,17 +55,15 @@ def stub_site(self, tensors, rest, scalars, reading=None):
     spent[1] += 1
 
 
+@contextlib.contextmanager
 def patched(launch, site):
     """Every Triton launch (LeanKernel.launch, and launch.Site's, which launch on a hit without
-    it) replaced by ``launch`` and ``site``; a context manager."""
-    @contextlib.contextmanager
-    def block():
-        L.LeanKernel.launch, L.Site.__call__ = launch, site
-        try:
-            yield
-        finally:
-            L.LeanKernel.launch, L.Site.__call__ = real_launch, real_site
-    return block()
+    it) replaced by ``launch`` and ``site`` inside the block."""
+    L.LeanKernel.launch, L.Site.__call__ = launch, site
+    try:
+        yield
+    finally:
+        L.LeanKernel.launch, L.Site.__call__ = real_launch, real_site
 
 
 def launch_share(fn, calls):

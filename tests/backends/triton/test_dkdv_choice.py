@@ -99,10 +99,10 @@ class _Recorder:
         self.launches.append((grid, args, dict(constants), keyed))
 
 
-def record_sites(monkeypatch, module) -> tuple[list, list]:
+def record_sites(monkeypatch, module) -> list:
     """``module.site`` (a Gluon module's) replaced by one that records its grid and keywords and
     returns a stand-in recording its calls, each returning "reading": the list of (grid,
-    keywords, calls) per site made, and an empty list for the caller's pairs."""
+    keywords, calls) per site made."""
     sites = []
 
     def site(grid, **kw):
@@ -111,7 +111,7 @@ def record_sites(monkeypatch, module) -> tuple[list, list]:
         return lambda tensors, rest, scalars, reading=None: calls.append((tensors, rest, scalars, reading)) or "reading"
 
     monkeypatch.setattr(module, "site", site)
-    return sites, []
+    return sites
 
 
 def test_launch_pair_runs_the_stand_in_then_the_sanitizing_variant(monkeypatch):
@@ -158,7 +158,7 @@ def test_the_backward_hands_the_dkdv_launch_to_it(monkeypatch, Hkv):
     the site returned."""
     monkeypatch.setattr(op, "ws_dkdv", lambda cfg, q, g=None: True)
     monkeypatch.setattr(op, "ws_dq", lambda cfg, q, g=None: False)
-    sites, pairs = record_sites(monkeypatch, gluon_dkdv)
+    sites, pairs = record_sites(monkeypatch, gluon_dkdv), []
     rec = _Recorder()
     real_lean = op.lean
     monkeypatch.setattr(op, "lean", lambda kernel: rec if kernel is op.kernels._attn_bwd_dkdv else real_lean(kernel))

@@ -59,7 +59,7 @@ def test_the_backward_hands_the_dq_launch_to_it(monkeypatch):
     on its runtime arguments, with the group's flags, then the sanitizing variant."""
     monkeypatch.setattr(op, "ws_dq", lambda cfg, q, g=None: True)
     monkeypatch.setattr(op, "ws_dkdv", lambda cfg, q, g=None: False)
-    sites, pairs = record_sites(monkeypatch, gluon_dq)
+    sites, pairs = record_sites(monkeypatch, gluon_dq), []
 
     def pair(kernel, launch, tensors, rest, scalars, sanitize=True):
         pairs.append((kernel, launch.grid, (tensors, rest, scalars), launch.unchanged, launch.constants))

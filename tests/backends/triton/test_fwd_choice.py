@@ -57,7 +57,7 @@ def test_the_forward_hands_its_launch_to_it(monkeypatch):
     grid on its runtime arguments (but the poison, None for the Triton kernel's sanitizing variant
     then), with the group's flags, then the sanitizing variant."""
     monkeypatch.setattr(op, "ws_fwd", lambda cfg, q, g=None: True)
-    sites, pairs = record_sites(monkeypatch, gluon_fwd)
+    sites, pairs = record_sites(monkeypatch, gluon_fwd), []
 
     def pair(kernel, launch, tensors, rest, scalars, sanitize=True):
         pairs.append((kernel, launch.grid, (tensors, rest, scalars), launch.unchanged, launch.constants))

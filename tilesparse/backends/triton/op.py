@@ -331,13 +331,13 @@ class Launches:
         self.n_qb, self.n_kb = g.q_ranges.shape[2], g.k_ranges.shape[2]
         self.common = dict(HEAD_DIM=D, BLOCK_D=_block_d(D), PRECISION=_precision(q.dtype))
         unchanged = None
+        q_grid = (self.n_qb, B * Hg)
         if ws_fwd(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
             from . import gluon_fwd
 
-            unchanged = _without_poison(gluon_fwd.site((self.n_qb, B * Hg), head_dim=D, max_seg=self.max_seg_q,
-                                                       flags=self.flags))
+            unchanged = _without_poison(gluon_fwd.site(q_grid, head_dim=D, max_seg=self.max_seg_q, flags=self.flags))
         self.fwd = Launch(
-            (self.n_qb, B * Hg), (Hg, T, Tk, self.n_qb, scale * LOG2E, self.k_group, self.v_group),
+            q_grid, (Hg, T, Tk, self.n_qb, scale * LOG2E, self.k_group, self.v_group),
             dict(**self.common, BLOCK_M=cfg.block_q, BLOCK_N=cfg.forward_tile(self.flags["SAME_BUCKET"]),
                  MAX_SEG=self.max_seg_q, num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages, **self.flags),
             unchanged,
@@ -356,13 +356,14 @@ class Launches:
         def scalars(n_blocks: int) -> tuple:
             return (Hg, T, Tk, n_blocks, self.scale * LOG2E, self.scale, self.k_group, self.v_group)
 
+        q_grid, k_grid = (self.n_qb, B * Hg), (self.n_kb, B * Hg)
         unchanged = None
         if ws_dq(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
             from . import gluon_dq
 
-            unchanged = gluon_dq.site((self.n_qb, B * Hg), head_dim=D, max_seg=self.max_seg_q, flags=flags)
+            unchanged = gluon_dq.site(q_grid, head_dim=D, max_seg=self.max_seg_q, flags=flags)
         dq = Launch(
-            (self.n_qb, B * Hg), scalars(self.n_qb),
+            q_grid, scalars(self.n_qb),
             dict(BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n, MAX_SEG=self.max_seg_q, num_warps=cfg.dq_warps,
                  num_stages=cfg.dq_stages, **self.common, **flags),
             unchanged,
@@ -371,10 +372,10 @@ class Launches:
         if ws_dkdv(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
             from . import gluon_dkdv
 
-            unchanged = gluon_dkdv.site((self.n_kb, B * Hg), head_dim=D, per_query_head=not self.direct,
-                                        max_seg=self.max_seg_k, flags=flags)  # fmt: skip
+            unchanged = gluon_dkdv.site(k_grid, head_dim=D, per_query_head=not self.direct, max_seg=self.max_seg_k,
+                                        flags=flags)  # fmt: skip
         dkdv = Launch(
-            (self.n_kb, B * Hg), scalars(self.n_kb),
+            k_grid, scalars(self.n_kb),
             dict(DKV_PER_QUERY_HEAD=not self.direct, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=self.max_seg_k,
                  DP_FIRST=dp_first(cfg, flags["SINGLE_LOOP"]), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
                  **self.common, **flags),

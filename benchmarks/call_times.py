@@ -49,7 +49,9 @@ launch itself (not from decisions copied and filled every call), ``backends/trit
 layout's index tensors built by a pool entry's first call only, later calls zeroing the
 non-finite flags with one fill, ``backends/triton/index.py``; ``sites``: launches from a
 ``launch.Site`` keyed by their per-call tensors' dtypes, their block and their scalars, not by
-every argument, ``backends/triton/launch.py``; and, from
+every argument, ``backends/triton/launch.py``; ``split``: the Triton forward's and dQ's query
+blocks split over windows of their key tiles on short calls (``TileConfig.fwd_split``,
+``dq_split``); and, from
 :data:`ENABLES`, a change not taken: ``merged-sanitize``, the backward's two sanitizing
 variants in one launch; both ``backends/triton/nonfinite.py``):
 every round times each mode both ways, which goes first alternating by round, the modes with
@@ -88,6 +90,7 @@ from tilesparse.backends.triton.features import unbound_features  # noqa: E402
 from tilesparse.backends.triton.hashing import unbound_hashing  # noqa: E402
 from tilesparse.backends.triton.launch import inline_fixed, keyed_launches  # noqa: E402
 from tilesparse.backends.triton.nonfinite import merged_sanitize, sanitize_in_pairs  # noqa: E402
+from tilesparse.backends.triton.op import unsplit_blocks  # noqa: E402
 from tilesparse.decide import unbound_decide  # noqa: E402
 from tilesparse.execute import filled_dense_heads, unfolded_poison  # noqa: E402
 from tilesparse.patterns.decision_errors import unbound_checks  # noqa: E402
@@ -105,7 +108,8 @@ BASE = {"fwd_decide_nograd": "fwd", "fwd_bwd_decide": "fwd_bwd", "fwd_checked": 
 SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort, "bound-decide": unbound_decide,
             "bound-checks": unbound_checks, "bound-features": unbound_features, "bound-hash": unbound_hashing,
             "local-sanitize": sanitize_in_pairs, "folded-poison": unfolded_poison, "dense-heads": filled_dense_heads,
-            "fixed-args": inline_fixed, "kept-identity": rebuilt_identity, "sites": keyed_launches}
+            "fixed-args": inline_fixed, "kept-identity": rebuilt_identity, "sites": keyed_launches,
+            "split": unsplit_blocks}
 # --ab NAME for a change not taken yet (off unless asked for): the context manager that turns it on
 ENABLES = {"merged-sanitize": merged_sanitize}
 

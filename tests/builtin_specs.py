@@ -3,6 +3,8 @@ sized by the test (a CPU test's T is small, so its bucket counts and kept featur
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 import tilesparse as ts
@@ -63,3 +65,29 @@ def assert_poisoned_gradient(grad, what: str = "gradient") -> None:
     nan = grad.isnan()
     assert nan.any(), what
     assert not grad.masked_fill(nan, 0).any(), f"{what}: finite nonzero values from a poisoned call"
+
+
+@contextlib.contextmanager
+def recorded_workspaces():
+    """The workspaces the Triton op's split kernels take inside the block (``op.workspace``), as
+    (workspace, counters) pairs, kept alive for the test to read after the launches."""
+    from tilesparse.backends.triton import op
+
+    made, real = [], op.workspace
+
+    def recording(device, counters, floats):
+        work = real(device, counters, floats)
+        made.append((work, counters))
+        return work
+
+    op.workspace = recording
+    try:
+        yield made
+    finally:
+        op.workspace = real
+
+
+def counters_left(made: list) -> bool:
+    """Whether a counter of these recorded workspaces is not back at zero (a split block whose
+    last share did not reset its own)."""
+    return any(work[:counters].view(torch.int32).any() for work, counters in made)

@@ -107,8 +107,8 @@ def test_a_configuration_override_between_calls_takes_effect():
     seen = []
     real = op.Launches.__init__
 
-    def recording(self, *args):
-        real(self, *args)
+    def recording(self, *args, **kw):
+        real(self, *args, **kw)
         seen.append(self.flags["SINGLE_LOOP"])
 
     try:

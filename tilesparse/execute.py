@@ -173,7 +173,8 @@ def _hash_deferred(ex: Execution, inputs: AttentionInputs) -> None:
 def _bind_attend(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
     i = step.group
     a = plan.assignments[i]
-    attend = a.backend.bind(a.group, a.heads, inputs)
+    # a backend whose bind takes no dense_heads still binds plans that fuse none
+    attend = a.backend.bind(a.group, a.heads, inputs, **({"dense_heads": a.dense_heads} if a.dense_heads else {}))
     whole = len(plan.assignments) == 1 and a.heads == tuple(range(inputs.heads))  # its output is the call's
     # every group folds the poison into its heads' output (so every head of the call's has it)
     fold = all(b.backend.FOLDS_POISON and b.backend.needs_prepare for b in plan.assignments)

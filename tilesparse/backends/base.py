@@ -101,11 +101,14 @@ class Backend(ABC):
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
         """(B, Hg, Tq, D) output of the group's heads, differentiable w.r.t. q, k, v."""
 
-    def bind(self, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs) -> Callable[[PreparedGroup, AttentionInputs], Tensor]:
+    def bind(
+        self, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs, *, dense_heads: tuple[int, ...] = ()
+    ) -> Callable[[PreparedGroup, AttentionInputs], Tensor]:
         """:meth:`attend` for every call with the signature of ``inputs`` (sizes, dtype, device,
         scale): a backend works out here what those calls share (configurations, grids,
-        constants), once (``tilesparse.execute`` binds a plan's steps per signature). By
-        default :meth:`attend` itself."""
+        constants), once (``tilesparse.execute`` binds a plan's steps per signature).
+        ``dense_heads``: those of ``heads`` the plan fused in as dense heads (PerHead's), whose
+        blocks are longer than the others'. By default :meth:`attend` itself."""
         return self.attend
 
     def __repr__(self) -> str:

@@ -70,11 +70,16 @@ def test_the_forward_hands_its_launch_to_it(monkeypatch):
     ((kernel, grid, (tensors, rest, scalars), unchanged, kwargs),) = pairs
     assert kernel is op.kernels._attn_fwd and unchanged is not None
     assert "SANITIZE" not in kwargs  # launch_pair adds it to the second launch
-    assert unchanged(tensors, rest, scalars) == "reading"
+    assert unchanged(tensors, rest, scalars) is None  # CPU tensors: nothing read for the next launch
+    reading = (("dtypes",) * 6, tuple(range(6)))  # a pair's reading of the six tensors, passed on
+    assert unchanged(tensors, rest, scalars, reading) is reading
     ((got_grid, kw, calls),) = sites
-    # kernels._attn_fwd's runtime arguments through v_group: the poison, the last, is the op's to apply
-    assert got_grid == grid == (g.q_ranges.shape[2], 4) and calls == [(tensors, rest, scalars[:-1], None)]
-    assert scalars[-1] is None and len(tensors) + len(rest) + len(scalars) - 1 == 34 and tensors[0] is q
+    # kernels._attn_fwd's runtime arguments through v_group but the workspace, the last tensor (the
+    # Gluon forward does not split), and the poison, the last scalar, which is the op's to apply
+    assert got_grid == grid == (g.q_ranges.shape[2], 4)
+    assert calls == [(tensors[:-1], rest, scalars[:-1], None),
+                     (tensors[:-1], rest, scalars[:-1], (reading[0][:-1], reading[1][:-1]))]
+    assert scalars[-1] is None and len(tensors) + len(rest) + len(scalars) - 2 == 34 and tensors[0] is q
     assert kw == dict(head_dim=64, max_seg=g.q_ranges.shape[3], flags=op._flags(g, cfg))
 
 

@@ -97,10 +97,13 @@ class TritonBackend(Backend):
     def attend(self, g: PreparedGroup, inputs: AttentionInputs) -> Tensor:
         return self.bind(g.group, g.heads, inputs)(g, inputs)
 
-    def bind(self, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs) -> Callable:
+    def bind(
+        self, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs, *, dense_heads: tuple[int, ...] = ()
+    ) -> Callable:
         """:meth:`attend` of ``group`` for calls with the signature of ``inputs``: the tile
         configuration and the launches' constants are worked out once
-        (:class:`~tilesparse.backends.triton.op.BoundAttention`), and a feature group's q~ and k~
+        (:class:`~tilesparse.backends.triton.op.BoundAttention`; with ``dense_heads`` fused in,
+        the one whose blocks may split, ``TileConfig.fwd_split``), and a feature group's q~ and k~
         launches (:class:`~tilesparse.backends.triton.features.BoundFeatures`)."""
         from .features import BoundFeatures
         from .interpreter import patch_bf16_dot
@@ -108,7 +111,7 @@ class TritonBackend(Backend):
 
         if interpreting():
             patch_bf16_dot()
-        bound = BoundAttention(group, inputs.head_dim, inputs.dtype, inputs.device)
+        bound = BoundAttention(group, inputs.head_dim, inputs.dtype, inputs.device, mixed=bool(dense_heads))
         # q~ and k~ with the group's unkept features zeroed, other heads as they are (features.py)
         features = None if isinstance(group.score, DotScore) else BoundFeatures(heads, inputs.q, inputs.k)
 

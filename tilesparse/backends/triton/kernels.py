@@ -185,16 +185,21 @@ def _layout_rows(ORDER, POS, BKT, row_base, block, seqlen, pos_other, bkt_other,
 @triton.jit
 def _query_block(HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen,
                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, SAME_BUCKET: tl.constexpr,
-                 HEAVY_FIRST: tl.constexpr):
+                 HEAVY_FIRST: tl.constexpr, SPLIT: tl.constexpr = 1):
     """The query block of a forward or dQ program: :func:`_program`'s ids (the block last-first
     under HEAVY_FIRST), the block's layout rows (:func:`_layout_rows`) and the head-dim offsets
-    with their mask."""
+    with their mask, and the program's share of the block's key tiles: with SPLIT shares a
+    block, grid index i along the blocks is block i // SPLIT, share i % SPLIT (0 without)."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     pid_m, pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen, HEAVY_FIRST, True)
+    share = 0
+    if SPLIT > 1:
+        share = pid_m % SPLIT
+        pid_m = pid_m // SPLIT
     offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
                                                       BLOCK_M, SAME_BUCKET)
     offs_d = tl.arange(0, BLOCK_D)
-    return pid_m, pid_bh, b, hg, h, row_base, offs_m, m_ok, q_rows, q_pos, q_bkt, offs_d, offs_d < HEAD_DIM
+    return pid_m, pid_bh, b, hg, h, row_base, offs_m, m_ok, q_rows, q_pos, q_bkt, offs_d, offs_d < HEAD_DIM, share
 
 
 @triton.jit
@@ -292,8 +297,118 @@ def _fwd_sanitized(q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt, k_orde
     tl.store(o_ptrs, _poisoned(acc / l_safe[:, None], POISON).to(o_ptrs.dtype.element_ty), mask=out_ok)
 
 
+@triton.jit
+def _share_window(NSEG, RANGES, pid_bh, n_blocks, block, seqlen_k, share,
+                  BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr, SPLIT: tl.constexpr, SANITIZE: tl.constexpr):
+    """The key tiles [w_lo, w_hi) of a block's share, and how many shares the block has (in a
+    ``SANITIZE`` variant one, over every tile).
+
+    The tiles a block visits increase (its segments' ranges do, and a tile is visited once), so
+    the key tiles are cut into SPLIT windows of W = cdiv(key tiles, SPLIT) by their index: the
+    block's shares are the windows from the one of its first tile to the one of its last, share
+    0 the first. A block within one window has one share, unclipped, which runs and stores as an
+    unsplit program does."""
+    if SANITIZE:
+        w_lo, w_hi, shares = 0, 1 << 30, 1
+    else:
+        nseg = tl.load(NSEG + pid_bh.to(tl.int64) * n_blocks + block)
+        rng = RANGES + (pid_bh.to(tl.int64) * n_blocks + block) * (MAX_SEG * 4)
+        first = tl.load(rng) // BLOCK_N
+        end = tl.cdiv(tl.load(rng + tl.maximum(nseg - 1, 0) * 4 + 3), BLOCK_N)
+        w = tl.cdiv(tl.cdiv(seqlen_k, BLOCK_N), SPLIT)
+        j0 = first // w
+        shares = tl.where((nseg > 0) & (end > first), (end - 1) // w - j0 + 1, 1)
+        w_lo = tl.where(shares > 1, (j0 + share) * w, 0)
+        w_hi = tl.where(shares > 1, w_lo + w, 1 << 30)
+    return w_lo, w_hi, shares
+
+
+@triton.jit
+def _clipped(lo, f0, f1, hi, w_lo, w_hi):
+    """A segment's tile loops (:func:`_tiles`) cut to the share's window [w_lo, w_hi)."""
+    lo = tl.maximum(lo, w_lo)
+    hi = tl.maximum(tl.minimum(hi, w_hi), lo)
+    f0 = tl.minimum(tl.maximum(f0, lo), hi)
+    f1 = tl.minimum(tl.maximum(f1, f0), hi)
+    return lo, f0, f1, hi
+
+
+@triton.jit
+def _share_slot(WORK, pid_bh, n_blocks, block, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT: tl.constexpr):
+    """The block's counter (int32) and its first share's slot in WORK: the counters, one per
+    (batch-head, block), rounded up to 32 floats, then SPLIT slots a block of BLOCK_M x
+    (BLOCK_D + 2) floats (a tile, then two rows)."""
+    counter = WORK.to(tl.pointer_type(tl.int32), bitcast=True) + pid_bh.to(tl.int64) * n_blocks + block
+    n_counters = tl.num_programs(1).to(tl.int64) * n_blocks
+    size: tl.constexpr = BLOCK_M * (BLOCK_D + 2)
+    return counter, WORK + tl.cdiv(n_counters, 32) * 32 + (pid_bh.to(tl.int64) * n_blocks + block) * (SPLIT * size)
+
+
+@triton.jit
+def _arrived_last(counter, shares):
+    """Count this share in at its block's counter, after its stores; whether it is the block's
+    last share (which then resets the counter to zero for the next launch)."""
+    tl.debug_barrier()  # every thread's stores before the release below
+    last = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == shares - 1
+    if last:
+        tl.store(counter, 0)
+    return last
+
+
+@triton.jit
+def _merged_shares(acc, l_i, m_i, WORK, pid_bh, n_blocks, block, share, shares, offs_d,
+                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT: tl.constexpr):
+    """A split forward block's share: stores its unnormalised output, running max and sum to
+    its slot (:func:`_share_slot`) and counts itself in (:func:`_arrived_last`). The block's
+    last share reads every share's slot in share order and merges them by their maxima (the
+    online softmax's step, so the result does not depend on which share came last) and
+    returns (True, acc, l, m); every other share returns (False, ...) and stores nothing more."""
+    size: tl.constexpr = BLOCK_M * (BLOCK_D + 2)
+    counter, first_slot = _share_slot(WORK, pid_bh, n_blocks, block, BLOCK_M, BLOCK_D, SPLIT)
+    offs_r = tl.arange(0, BLOCK_M)
+    tile = offs_r[:, None] * BLOCK_D + offs_d[None, :]
+    slot = first_slot + share * size
+    tl.store(slot + tile, acc)
+    tl.store(slot + BLOCK_M * BLOCK_D + offs_r, m_i)
+    tl.store(slot + BLOCK_M * (BLOCK_D + 1) + offs_r, l_i)
+    last = _arrived_last(counter, shares)
+    if last:
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        for s in range(shares):
+            slot = first_slot + s * size
+            m_s = tl.load(slot + BLOCK_M * BLOCK_D + offs_r, cache_modifier=".cg")
+            l_s = tl.load(slot + BLOCK_M * (BLOCK_D + 1) + offs_r, cache_modifier=".cg")
+            m_new = tl.maximum(m_i, m_s)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.math.exp2(m_i - m_safe)
+            beta = tl.math.exp2(m_s - m_safe)
+            l_i = l_i * alpha + l_s * beta
+            acc = acc * alpha[:, None] + tl.load(slot + tile, cache_modifier=".cg") * beta[:, None]
+            m_i = m_new
+    return last, acc, l_i, m_i
+
+
+@triton.jit
+def _summed_shares(x, WORK, pid_bh, n_blocks, block, share, shares, offs_d,
+                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT: tl.constexpr):
+    """A split dQ block's share: stores its partial dQ to its slot and counts itself in; the
+    block's last share returns (True, the shares' sum in share order), every other (False, x)."""
+    size: tl.constexpr = BLOCK_M * (BLOCK_D + 2)
+    counter, first_slot = _share_slot(WORK, pid_bh, n_blocks, block, BLOCK_M, BLOCK_D, SPLIT)
+    tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_D + offs_d[None, :]
+    tl.store(first_slot + share * size + tile, x)
+    last = _arrived_last(counter, shares)
+    if last:
+        x = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        for s in range(shares):
+            x += tl.load(first_slot + s * size + tile, cache_modifier=".cg")
+    return last, x
+
+
 @triton.jit(do_not_specialize=_RUNTIME)
-def _attn_fwd(Q, K, V, O, LSE,
+def _attn_fwd(Q, K, V, O, LSE, WORK,
               Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP, NONFINITE,
               stride_qb, stride_qh, stride_qt,
               stride_kb, stride_kh, stride_kt,
@@ -304,17 +419,30 @@ def _attn_fwd(Q, K, V, O, LSE,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
               CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
               NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
-              SANITIZE: tl.constexpr = False, LOCAL_SANITIZE: tl.constexpr = False, HEAVY_FIRST: tl.constexpr = False):
+              SANITIZE: tl.constexpr = False, LOCAL_SANITIZE: tl.constexpr = False, HEAVY_FIRST: tl.constexpr = False,
+              SPLIT: tl.constexpr = 1):
     """One query block against its key-row ranges. ``LOCAL_SANITIZE`` (``SANITIZE`` off): a
     program whose own output is not finite runs the sanitizing loops itself and stores again,
     in place of the flag and the sanitizing launch (nonfinite.py). ``POISON``: the call's poison,
-    folded into the stored lse and O (None: none), after the flag has read the output."""
+    folded into the stored lse and O (None: none), after the flag has read the output.
+
+    ``SPLIT`` > 1: the grid holds SPLIT programs a block, each over one window of the key tiles
+    (:func:`_share_window`); a block spanning several windows is merged by its last share
+    (:func:`_merged_shares`, through WORK), which then stores, flags and sanitizes as an unsplit
+    program; a program past its block's shares exits at once. The ``SANITIZE`` variant computes
+    every block in its share 0, unsplit. Without SPLIT, WORK is not read (any tensor)."""
     tl.static_assert(BLOCK_D >= 16, "tl.dot needs an inner dimension of at least 16")
     if SANITIZE:
         if tl.load(NONFINITE) == 0:
             return  # the unchanged variant's output is exact (see the module docstring)
-    pid_m, pid_bh, b, hg, h, row_base, offs_m, m_ok, q_rows, q_pos, q_bkt, offs_d, d_ok = _query_block(
-        HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen, HEAD_DIM, BLOCK_D, BLOCK_M, SAME_BUCKET, HEAVY_FIRST)
+    pid_m, pid_bh, b, hg, h, row_base, offs_m, m_ok, q_rows, q_pos, q_bkt, offs_d, d_ok, share = _query_block(
+        HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen, HEAD_DIM, BLOCK_D, BLOCK_M, SAME_BUCKET, HEAVY_FIRST,
+        SPLIT)
+    if SPLIT > 1:
+        w_lo, w_hi, shares = _share_window(NSEG, RANGES, pid_bh, n_blocks, pid_m, seqlen_k, share, BLOCK_N, MAX_SEG,
+                                           SPLIT, SANITIZE)
+        if share >= shares:
+            return  # the block has fewer shares
     # load q once: it stays in registers for every tile of the block
     q_base = Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
     q = tl.load(q_base + q_rows[:, None] * stride_qt + offs_d[None, :],
@@ -329,6 +457,8 @@ def _attn_fwd(Q, K, V, O, LSE,
     prev_hi = 0
     for s in range(nseg):
         lo, f0, f1, hi, prev_hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP, prev_hi)
+        if SPLIT > 1:
+            lo, f0, f1, hi = _clipped(lo, f0, f1, hi, w_lo, w_hi)
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                         k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
                                         BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
@@ -339,6 +469,12 @@ def _attn_fwd(Q, K, V, O, LSE,
             acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                             k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok,
                                             BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
+    if SPLIT > 1:
+        if shares > 1:
+            last, acc, l_i, m_i = _merged_shares(acc, l_i, m_i, WORK, pid_bh, n_blocks, pid_m, share, shares, offs_d,
+                                                 BLOCK_M, BLOCK_D, SPLIT)
+            if not last:
+                return  # the block's last share stores it
 
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
@@ -545,7 +681,7 @@ def _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt,
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
-def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
+def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA, WORK,
                  Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP, NONFINITE,
                  stride_qb, stride_qh, stride_qt,
                  stride_kb, stride_kh, stride_kt,
@@ -558,16 +694,27 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MAX_SEG: tl.constexpr,
                  CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
                  NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
-                 SANITIZE: tl.constexpr = False, STORE_DELTA: tl.constexpr = True, HEAVY_FIRST: tl.constexpr = False):
+                 SANITIZE: tl.constexpr = False, STORE_DELTA: tl.constexpr = True, HEAVY_FIRST: tl.constexpr = False,
+                 SPLIT: tl.constexpr = 1):
     """One query block against its key-row ranges (the forward pass's ranges). It also
     computes FlashAttention-2's delta = rowsum(dO * O) of its rows and stores it for the dK/dV
     kernel, which runs after it (not ``STORE_DELTA``: in :func:`_attn_bwd_sanitize`, beside
-    the dK/dV programs that read the delta the unchanged variant stored)."""
+    the dK/dV programs that read the delta the unchanged variant stored).
+
+    ``SPLIT`` > 1: split as the forward (:func:`_attn_fwd`), each share over one window of the
+    key tiles; a block of several shares is summed by its last share (:func:`_summed_shares`),
+    which stores and flags dQ; every share stores the same delta."""
     if SANITIZE:
         if tl.load(NONFINITE) == 0:
             return  # the unchanged variant's output is exact (see the module docstring)
-    pid_m, pid_bh, b, hg, h, row_base, offs_m, m_ok, q_rows, q_pos, q_bkt, offs_d, d_ok = _query_block(
-        HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen, HEAD_DIM, BLOCK_D, BLOCK_M, SAME_BUCKET, HEAVY_FIRST)
+    pid_m, pid_bh, b, hg, h, row_base, offs_m, m_ok, q_rows, q_pos, q_bkt, offs_d, d_ok, share = _query_block(
+        HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen, HEAD_DIM, BLOCK_D, BLOCK_M, SAME_BUCKET, HEAVY_FIRST,
+        SPLIT)
+    if SPLIT > 1:
+        w_lo, w_hi, shares = _share_window(NSEG, RANGES, pid_bh, n_blocks, pid_m, seqlen_k, share, BLOCK_N, MAX_SEG,
+                                           SPLIT, SANITIZE)
+        if share >= shares:
+            return  # the block has fewer shares
     row_ok = (q_pos >= 0)[:, None] & d_ok[None, :]
     q = tl.load(Q + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
                 + q_rows[:, None] * stride_qt + offs_d[None, :], mask=row_ok, other=0.0)
@@ -587,6 +734,8 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
     prev_hi = 0
     for s in range(nseg):
         lo, f0, f1, hi, prev_hi = _tiles(rng, s, BLOCK_N, SINGLE_LOOP, prev_hi)
+        if SPLIT > 1:
+            lo, f0, f1, hi = _clipped(lo, f0, f1, hi, w_lo, w_hi)
         dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                 k_order, k_posp, k_bktp, lo, f0, qk_scale, seqlen_k, offs_d, d_ok,
                                 BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
@@ -597,6 +746,11 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
             dq = _attn_bwd_dq_inner(dq, q, do, lse, di, q_pos, q_bkt, k_base, v_base, stride_kt, stride_vt,
                                     k_order, k_posp, k_bktp, f1, hi, qk_scale, seqlen_k, offs_d, d_ok,
                                     BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
+    if SPLIT > 1:
+        if shares > 1:
+            last, dq = _summed_shares(dq, WORK, pid_bh, n_blocks, pid_m, share, shares, offs_d, BLOCK_M, BLOCK_D, SPLIT)
+            if not last:
+                return  # the block's last share stores it
 
     dq_base = DQ + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
     tl.store(dq_base + q_rows[:, None] * stride_dqt + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
@@ -635,7 +789,7 @@ def _attn_bwd_sanitize(Q, K, V, O, DO, DQ, DK, DV, LSE, DELTA,
         return
     if tl.program_id(2) == 0:
         if tl.program_id(0) < n_qb:
-            _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA,
+            _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA, LSE,  # no workspace: unsplit
                          Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, Q_RANGES, Q_NSEG, HEAD_MAP, NONFINITE,
                          stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
                          stride_vb, stride_vh, stride_vt, stride_ob, stride_oh, stride_ot,

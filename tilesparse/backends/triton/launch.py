@@ -263,6 +263,17 @@ def _raw_stream() -> Callable[[int], int]:
         return lambda device: torch.cuda.current_stream(device).cuda_stream
 
 
+def _current_device() -> Callable[[], int]:
+    """The current CUDA device's index: torch's own getter without ``torch.cuda.current_device``'s
+    Python wrapper (it initializes CUDA lazily too), read on every lean launch."""
+    try:
+        from torch._C import _cuda_getDevice
+
+        return _cuda_getDevice
+    except ImportError:
+        return torch.cuda.current_device
+
+
 class LeanKernel:
     """One ``@triton.jit`` kernel launched through the lean path where it can be.
 
@@ -293,7 +304,7 @@ class LeanKernel:
 
             speed_up_interpreter()
         self._stream = _raw_stream()
-        self._device = torch.cuda.current_device
+        self._device = _current_device()
 
     def __getitem__(self, grid: tuple[int, ...]):
         return lambda *args, **constants: self.launch(grid, args, constants)

@@ -22,9 +22,10 @@ from torch import Tensor
 
 from ...ir import KEY_SENTINEL, HeadGroup, NotSelf, PreparedGroup, SameBucket
 from ..first_order import first_order_only
+from ..switch import switched_on
 from . import kernels
 from .gqa import sum_into_kv_heads
-from .launch import Site, kept_args, lean
+from .launch import Site, cdiv, kept_args, lean, read
 from .nonfinite import LOCAL_MAX_KEYS, launch_pair, merged_sanitize_on, new_flags
 
 __all__ = [
@@ -43,6 +44,8 @@ __all__ = [
     "single_loop",
     "sparse_attention",
     "tile_config",
+    "unsplit_blocks",
+    "workspace",
     "ws_dkdv",
     "ws_dkdv_reason",
     "ws_dq",
@@ -106,6 +109,14 @@ class TileConfig:
     heavy_first: int = 0  # the attention kernels start their programs heads fastest and blocks
     # slowest, the longest blocks (under a causal mask) first (kernels._scheduled): 1 in every
     # group, 2 in groups without a bucket predicate; 0: in the grid's own order everywhere
+    fwd_split: int = 0  # > 1: the Triton forward's query blocks split their key tiles into this
+    # many windows, one program each (kernels._share_window), in groups that fuse dense heads with
+    # sparse ones (PerHead's: its dense heads' causal blocks are the only long ones, and the longest
+    # sets the kernel's time) on calls of at most split_programs query blocks in all; a block
+    # spanning several windows is merged by its last share. 0: unsplit
+    dq_split: int = 0  # the same for the Triton dQ kernel (its shares' partial dQ summed)
+    split_programs: int = 0  # the most query blocks (batch x group heads x blocks) a split call has
+    split_all: int = 0  # 1: split in every group, not only those fusing dense heads (tests, sweeps)
 
     def forward_tile(self, same_bucket: bool) -> int:
         """The forward kernel's key tile width for a group with (or without) a bucket predicate."""
@@ -150,9 +161,13 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         # QKDrop 0.7 / 0.5 25% / 6%, Hash(16), Hash(64), the hybrid 3-6%, PerHead even; at 16k
         # PerHead 14%, QKDrop 0.7 / 0.5 2% / 7%, the bucket patterns 1-6%, Dense on Triton 2% slower.
         # Head dims below 64 not measured
+        # The forward and dQ split in 4 where dense heads are fused with sparse ones (run 209,
+        # ab_split_run209_h100.json, kernels at B=1, H=16, T=4,096: PerHead(dense_heads=[0],
+        # rest=Hash(16)) 393 -> 307 µs a forward+backward; split everywhere, every other pattern
+        # 20-36% slower), on calls of at most 1,024 query blocks (16k's 3,072 not measured split)
         cfg = TileConfig(128, 64, 64, 64, 32, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1,
                          long_segment_rows=2048 if head_dim > 32 else 0, ws_dkdv=1024 if head_dim == 64 else 0,
-                         heavy_first=1)
+                         heavy_first=1, fwd_split=4, dq_split=4, split_programs=1024)
     elif head_dim <= 128:
         # 4 warps everywhere, 64-wide forward tiles and 64x64 dK/dV tiles: forward+backward
         # kernels 2x faster than 8 warps with 32-wide tiles (sweep_kernels_h200.json)
@@ -287,19 +302,21 @@ class Launch:
     grid, the scalars after the strides, the compile-time constants, and the warp-specialized
     kernel's launch that stands in for the unchanged variant (None: the Triton kernel), called
     as a :class:`~.launch.Site` is (its Gluon module's ``site``); ``local``: the kernel sanitizes
-    in the same launch (nonfinite.py: the forward at D <= 64 on short calls)."""
+    in the same launch (nonfinite.py: the forward at D <= 64 on short calls); ``work``: the
+    sizes of a split kernel's workspace (:func:`workspace`; None: unsplit)."""
 
     grid: tuple[int, ...]
     scalars: tuple
     constants: dict
     unchanged: Callable | None
     local: bool = False
+    work: tuple[int, int] | None = None  # a split kernel's workspace: (counters, floats in all)
     sites: dict = field(default_factory=dict, compare=False, repr=False)
 
     def site(self, kernel, flag: str | None = None) -> Site:
         """This launch's :class:`~.launch.Site` of ``kernel``, with the constant ``flag`` set
         where given (a variant: ``SANITIZE``, ``LOCAL_SANITIZE``); made on first use."""
-        key = (kernel, flag)
+        key = (id(kernel), flag)  # a kernel's own hash is a Python method; kernels live as long as their module
         site = self.sites.get(key)
         if site is None:
             constants = self.constants if flag is None else {**self.constants, flag: True}
@@ -313,8 +330,10 @@ class Launches:
     allocates its outputs, reads its tensors' addresses and strides, and launches. It keeps no
     tensor."""
 
-    def __init__(self, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig):
+    def __init__(self, q: Tensor, k: Tensor, v: Tensor, g: PreparedGroup, scale: float, cfg: TileConfig, *,
+                 mixed: bool = False):
         B, H, T, D = q.shape
+        self.mixed = mixed  # the group fuses dense heads with sparse ones (TileConfig.fwd_split)
         Tk = k.shape[2]
         Hg = len(g.heads)
         self.cfg, self.scale = cfg, scale
@@ -335,19 +354,40 @@ class Launches:
         if ws_fwd(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
             from . import gluon_fwd
 
-            unchanged = _without_poison(gluon_fwd.site(q_grid, head_dim=D, max_seg=self.max_seg_q, flags=self.flags))
+            site = gluon_fwd.site(q_grid, head_dim=D, max_seg=self.max_seg_q, flags=self.flags)
+            unchanged = _without_workspace(site, poison=True)
+        constants = dict(**self.common, BLOCK_M=cfg.block_q, BLOCK_N=cfg.forward_tile(self.flags["SAME_BUCKET"]),
+                         MAX_SEG=self.max_seg_q, num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages, **self.flags)
+        split = _split(cfg.fwd_split, cfg, B * Hg * self.n_qb, unchanged is None and (mixed or cfg.split_all > 0))
         self.fwd = Launch(
-            q_grid, (Hg, T, Tk, self.n_qb, scale * LOG2E, self.k_group, self.v_group),
-            dict(**self.common, BLOCK_M=cfg.block_q, BLOCK_N=cfg.forward_tile(self.flags["SAME_BUCKET"]),
-                 MAX_SEG=self.max_seg_q, num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages, **self.flags),
-            unchanged,
+            (self.n_qb * split, B * Hg), (Hg, T, Tk, self.n_qb, scale * LOG2E, self.k_group, self.v_group),
+            _split_constants(constants, split), unchanged,
             # D <= 64: with its sanitizing loops the forward compiles for sm_90 without a spill in
             # its tile loops (16-bit at D=64 with the hash and drop flags, fp32 hash, bf16 D=32);
             # at D=128 they spill. Up to LOCAL_MAX_KEYS keys (and so queries) only: on longer calls
             # its kernel time grows by more than the launch saves (nonfinite.py)
-            local=unchanged is None and D <= 64 and Tk <= LOCAL_MAX_KEYS,
+            local=unchanged is None and D <= 64 and Tk <= LOCAL_MAX_KEYS, work=self._work(split),
         )  # fmt: skip
         self.backward = self._backward(q, g)
+
+    def _work(self, split: int) -> tuple[int, int] | None:
+        """The workspace of a launch whose query blocks split into ``split`` shares (None: 1):
+        a counter a block, rounded up to 32 floats, then a slot a share (kernels._share_slot)."""
+        if split == 1:
+            return None
+        B, H, T, D, Tk, Hg = self.sizes
+        blocks = B * Hg * self.n_qb
+        return blocks, cdiv(blocks, 32) * 32 + blocks * split * self.cfg.block_q * (self.common["BLOCK_D"] + 2)
+
+    @functools.cached_property
+    def unsplit(self) -> tuple[Launch, Launch]:
+        """The forward and dQ launches without their splits (:func:`unsplit_blocks`), worked out
+        at their first use."""
+        def unsplit(launch: Launch) -> Launch:
+            constants = {n: c for n, c in launch.constants.items() if n != "SPLIT"}
+            return replace(launch, grid=(self.n_qb, launch.grid[1]), constants=constants, work=None, sites={})
+
+        return unsplit(self.fwd), unsplit(self.backward[0])
 
     def _backward(self, q: Tensor, g: PreparedGroup) -> tuple[Launch, Launch]:
         """The dQ and the dK/dV launches."""
@@ -361,12 +401,13 @@ class Launches:
         if ws_dq(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
             from . import gluon_dq
 
-            unchanged = gluon_dq.site(q_grid, head_dim=D, max_seg=self.max_seg_q, flags=flags)
+            unchanged = _without_workspace(gluon_dq.site(q_grid, head_dim=D, max_seg=self.max_seg_q, flags=flags))
+        split = _split(cfg.dq_split, cfg, B * Hg * self.n_qb, unchanged is None and (self.mixed or cfg.split_all > 0))
         dq = Launch(
-            q_grid, scalars(self.n_qb),
-            dict(BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n, MAX_SEG=self.max_seg_q, num_warps=cfg.dq_warps,
-                 num_stages=cfg.dq_stages, **self.common, **flags),
-            unchanged,
+            (self.n_qb * split, B * Hg), scalars(self.n_qb),
+            _split_constants(dict(BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n, MAX_SEG=self.max_seg_q,
+                                  num_warps=cfg.dq_warps, num_stages=cfg.dq_stages, **self.common, **flags), split),
+            unchanged, work=self._work(split),
         )  # fmt: skip
         unchanged = None
         if ws_dkdv(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
@@ -407,8 +448,9 @@ class BoundAttention:
     configuration and each prepared shape's :class:`Launches`, made on first use and made again
     when :func:`override_config` changes the configuration."""
 
-    def __init__(self, group: HeadGroup, head_dim: int, dtype: torch.dtype, device: torch.device):
-        self.group = group
+    def __init__(self, group: HeadGroup, head_dim: int, dtype: torch.dtype, device: torch.device, *,
+                 mixed: bool = False):
+        self.group, self.mixed = group, mixed
         self.key = (head_dim, dtype, device)
         self.version = -1
         self.cfg: TileConfig | None = None
@@ -440,7 +482,7 @@ class BoundAttention:
                 )
             if len(self.launches) >= _BOUND_SHAPES:
                 self.launches.clear()
-            launches = self.launches[shape] = Launches(q, k, v, g, scale, cfg)
+            launches = self.launches[shape] = Launches(q, k, v, g, scale, cfg, mixed=self.mixed)
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             return _SparseAttention.apply(q, k, v, g, launches, poison)
         return _forward(q, k, v, g, launches, poison)[0]  # no gradient to take: no autograd node
@@ -473,8 +515,9 @@ def _launch_fwd(
     """The forward's launches; ``poison`` (None: none) folded into the stored O and lse: by the
     Triton kernel itself, or after the warp-specialized one, which takes none, by two products."""
     folded = poison if fwd.unchanged is None else None
+    work = lse if fwd.work is None else workspace(q.device, *fwd.work)  # unsplit: not read
     launch_pair(
-        kernels._attn_fwd, fwd, (q, k, v, o, lse), _index_args(g, True, nonfinite),
+        kernels._attn_fwd, fwd, (q, k, v, o, lse, work), _index_args(g, True, nonfinite),
         (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *fwd.scalars, folded),
     )  # fmt: skip
     if poison is not None and folded is None:
@@ -502,10 +545,52 @@ def _index_tensors(g: PreparedGroup, query_ranges: bool | None, flag: Tensor) ->
     return (g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, *ranges, g.head_map, flag)
 
 
-def _without_poison(site: Site) -> Callable:
-    """``site`` of a kernel taking ``kernels._attn_fwd``'s runtime arguments but the poison, the
-    last scalar (the op multiplies its outputs by the poison itself), called as a site."""
-    return lambda tensors, rest, scalars, reading=None: site(tensors, rest, scalars[:-1], reading)
+def _without_workspace(site: Site, *, poison: bool = False) -> Callable:
+    """``site`` of a Gluon kernel taking the Triton kernel's runtime arguments but its workspace
+    (the last tensor: the Gluon kernels do not split) and, with ``poison``, the poison (the
+    forward's last scalar: the op multiplies its outputs by it itself), called as a site;
+    returns the reading of all the tensors, for the Triton kernel's sanitizing launch after it."""
+    last = -1 if poison else None
+
+    def call(tensors: tuple, rest: tuple, scalars: tuple, reading: tuple | None = None) -> tuple | None:
+        if reading is None:
+            reading = read(tensors)  # all of them, once: the site takes all but the last of it
+        site(tensors[:-1], rest, scalars[:last], None if reading is None else (reading[0][:-1], reading[1][:-1]))
+        return reading
+
+    return call
+
+
+def _split(shares: int, cfg: TileConfig, blocks: int, splits: bool) -> int:
+    """How many shares a query block of a Triton kernel configured for ``shares``
+    (``TileConfig.fwd_split``, ``dq_split``) splits into on a call of ``blocks`` query blocks
+    in all (batch x group heads x blocks); 1: unsplit, and where ``splits`` is False (a
+    warp-specialized kernel, or a group that fuses no dense heads without ``split_all``)."""
+    return shares if splits and shares > 1 and blocks <= cfg.split_programs else 1
+
+
+def _split_constants(constants: dict, split: int) -> dict:
+    return {**constants, "SPLIT": split} if split > 1 else constants
+
+
+_UNSPLIT = [False]  # unsplit_blocks() in force
+
+
+def unsplit_blocks():
+    """Inside the block the Triton forward and dQ kernels run unsplit where their configuration
+    splits them (``TileConfig.fwd_split``, ``dq_split``): A/B timing (``call_times.py --ab
+    split``) and tests."""
+    return switched_on(_UNSPLIT)
+
+
+def workspace(device: torch.device, counters: int, floats: int) -> Tensor:
+    """A split kernel's fp32 workspace on ``device``, a new one a launch: ``counters`` int32
+    counters, zeroed (one fill), then its shares' slots, ``floats`` in all. Not kept from call to
+    call: a kept one would be a live allocation that torch.compile's CUDA graphs refuse when its
+    warm-up made it, and shared between streams or captured graphs it would need their order."""
+    work = torch.empty(floats, dtype=torch.float32, device=device)
+    work[:counters].zero_()
+    return work
 
 
 def _forward(
@@ -524,7 +609,8 @@ def _forward(
         lse, delta = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device), None
     # zeroed by the group's build where it wrote them, else a fill of their own
     forward_flag, backward_flag = g.flags or new_flags(q.device)
-    _launch_fwd(q, k, v, o, lse, g, launches.fwd, forward_flag, poison)
+    fwd = launches.unsplit[0] if _UNSPLIT[0] and launches.fwd.work is not None else launches.fwd
+    _launch_fwd(q, k, v, o, lse, g, fwd, forward_flag, poison)
     return o, lse, backward_flag, delta
 
 
@@ -542,6 +628,8 @@ class _SparseAttention(torch.autograd.Function):
         g, launches = ctx.g, ctx.launches
         B, H, T, D, Tk, Hg = launches.sizes
         dq_launch, dkdv_launch = launches.backward
+        if _UNSPLIT[0] and dq_launch.work is not None:
+            dq_launch = launches.unsplit[1]
         do = do.contiguous()
 
         delta = ctx.delta  # written by the dQ kernel; allocated with the forward's lse
@@ -550,8 +638,9 @@ class _SparseAttention(torch.autograd.Function):
 
         dq = torch.empty_like(q) if launches.full else torch.zeros_like(q)
         merged = merged_sanitize_on()  # both sanitizing variants in one launch, after the unchanged ones
+        work = lse if dq_launch.work is None else workspace(q.device, *dq_launch.work)  # unsplit: not read
         launch_pair(
-            kernels._attn_bwd_dq, dq_launch, (q, k, v, o, do, dq, lse, delta), _index_args(g, True, nonfinite),
+            kernels._attn_bwd_dq, dq_launch, (q, k, v, o, do, dq, lse, delta, work), _index_args(g, True, nonfinite),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
              *dq_launch.scalars), sanitize=not merged,
         )  # fmt: skip

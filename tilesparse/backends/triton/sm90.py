@@ -71,6 +71,8 @@ class Variant:
     long: bool = False  # a bucket group with long segments (op.long_segments: three loops)
     local: bool = False  # the forward with its sanitizing loops in the same launch (nonfinite.LOCAL_MAX_KEYS)
     poison: bool = False  # the forward folding given ids' poison into its stores (POISON a pointer, not None)
+    split: bool = False  # the forward's or dQ's blocks split over windows of their key tiles (TileConfig.fwd_split,
+    # dq_split)
 
     def constexprs(self) -> dict:
         c = dict(HEAD_DIM=self.head_dim, BLOCK_D=_block_d(self.head_dim))
@@ -85,10 +87,12 @@ class Variant:
         if self.kernel == "fwd":
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.forward_tile(c["SAME_BUCKET"]))
             c["LOCAL_SANITIZE"] = self.local
+            c["SPLIT"] = self.cfg.fwd_split if self.split else 1
             if not self.poison:
                 c["POISON"] = None
         elif self.kernel == "dq":
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.dq_n, STORE_DELTA=True)
+            c["SPLIT"] = self.cfg.dq_split if self.split else 1
         else:
             c.update(BLOCK_M=self.cfg.dkdv_m, BLOCK_N=self.cfg.block_k, DKV_PER_QUERY_HEAD=self.gqa,
                      DP_FIRST=dp_first(self.cfg, c["SINGLE_LOOP"]))
@@ -104,9 +108,9 @@ class Variant:
     def table_key(self) -> tuple:
         """The compile test's spill-table key: (kernel, dtype, head dim, gqa), and "drop" or
         "long", then "local" (the forward's sanitizing loops in its own launch count with its
-        tile loops)."""
+        tile loops); a ``split`` kernel shares its unsplit twin's key."""
         tag = ("drop",) if self.drop else ("long",) if self.long else ()
-        tag += ("local",) if self.local else ()
+        tag += ("local",) if self.local else ()  # a split kernel is held to its unsplit twin's count
         return (self.kernel, self.dtype, self.head_dim, self.gqa) + tag
 
     def launch(self) -> tuple[int, int]:
@@ -121,7 +125,7 @@ class Variant:
     def __str__(self) -> str:
         on = ",".join(k for k, v in self.flags if v) or "-"
         extra = (" gqa" if self.gqa else "") + (" long" if self.long else "") + (" sanitize" if self.sanitize else "")
-        extra += (" local" if self.local else "") + (" poison" if self.poison else "")
+        extra += (" local" if self.local else "") + (" poison" if self.poison else "") + (" split" if self.split else "")
         return f"{self.kernel} {_DTYPES[self.dtype]} D={self.head_dim} {on}{extra} {self.cfg}"
 
 
@@ -151,7 +155,7 @@ def _signature(fn, dtype: str, constexprs: dict) -> dict[str, str]:
             sig[name] = "constexpr"
         elif name in _TENSORS:
             sig[name] = f"*{dtype}"
-        elif name in ("LSE", "DELTA", "POISON"):
+        elif name in ("LSE", "DELTA", "POISON", "WORK"):
             sig[name] = "*fp32"
         elif name.isupper():
             sig[name] = "*i32"
@@ -254,9 +258,10 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
     with its sanitizing loops in the same launch (``local``: how it is launched for at most
     ``nonfinite.LOCAL_MAX_KEYS`` keys); then the sanitizing variant (``sanitize``, launched
     only for inputs holding an inf or NaN) of each bf16 one at D >= 64 with the hash- or
-    drop-causal flags but the local forwards, which hold theirs; and the bf16 D=64 hash forwards
+    drop-causal flags but the local forwards, which hold theirs; the bf16 D=64 hash forwards
     (local, unchanged, sanitizing) again with a poison to fold (``poison``: given ids checked
-    on the device, kernels._poisoned). The sanitizing variants left
+    on the device, kernels._poisoned); and the 16-bit hash- and drop-causal forwards of every
+    configuration that splits short calls and its dQ kernels, split (``split``). The sanitizing variants left
     out differ from those in what the unchanged variants compile: fp16's from bf16's in the
     products' type, the other flag combinations in the predicates, D=16 in the tile shapes,
     fp32 in the precision. They made up 69 of the 97 sanitizing variants and about a third of
@@ -290,6 +295,12 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
     out += [replace(v, poison=True) for v in out
             if v.kernel == "fwd" and v.dtype == torch.bfloat16 and v.head_dim == 64 and v.flags == HASH_CAUSAL
             and not v.long]
+    # the 16-bit forwards and dQ kernels whose configuration splits short calls (TileConfig.fwd_split,
+    # dq_split), as those launch them: each variant of the hash- and drop-causal flags, local, paired and
+    # sanitizing, with and without a poison
+    out += [replace(v, split=True) for v in out
+            if v.dtype != torch.float32 and not v.long and v.flags in (HASH_CAUSAL, DROP_CAUSAL)
+            and ((v.kernel == "fwd" and v.cfg.fwd_split > 1) or (v.kernel == "dq" and v.cfg.dq_split > 1))]
     return list(dict.fromkeys(out))
 
 

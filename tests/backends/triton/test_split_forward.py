@@ -1,0 +1,247 @@
+"""The Triton forward and dQ kernels with their query blocks split over windows of their key
+tiles (``TileConfig.fwd_split``, ``dq_split``; kernels._share_window, _merged_shares,
+_summed_shares): outputs and gradients those of the unsplit kernels (to rounding: the shares'
+merge and sum add in another order) and of the reference, for every built-in pattern, GQA,
+Tq < Tk, lengths no multiple of a block, rows with no key, one token; non-finite inputs and a
+poison handled as the unsplit kernels handle them; the workspace's counters zero after every
+launch; by default only groups that fuse dense heads split. Under the interpreter, 32-wide CPU
+tiles."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tilesparse as ts
+from tilesparse.backends.triton import op
+from tilesparse.backends.triton.nonfinite import sanitize_in_pairs
+from tilesparse.backends.triton.op import Launches, override_config, tile_config
+
+from builtin_specs import counters_left, given_decisions, one_of_each_kind, recorded_workspaces
+
+SPECS = one_of_each_kind(keep=0.6, buckets=3, k=4)
+
+
+def split(shares: int = 4):
+    """Split the forward's and dQ's query blocks into ``shares`` windows on every call."""
+    return override_config(fwd_split=shares, dq_split=shares, split_programs=10**9, split_all=1)
+
+
+def _grads(attn, q, k, v, dec, go):
+    out = attn(q, k, v, decisions=dec)
+    return (out, *torch.autograd.grad(out, (q, k, v), go))
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, atol: float = 2e-5) -> bool:
+    """The same non-finite entries (the same kind of each) and finite ones within ``atol``."""
+    same_nan = torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+    fin = torch.isfinite(want)
+    return same_nan and torch.equal(got[~fin & ~want.isnan()], want[~fin & ~want.isnan()]) and bool(
+        torch.allclose(got[fin], want[fin], atol=atol, rtol=atol)
+    )
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_a_split_forward_gives_the_unsplit_results(name, causal):
+    """GQA (4 query heads, 2 kv heads), Tq = 150 < Tk = 200: 7 key tiles, windows of 2."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn((1, 4, 150, 16), generator=g, requires_grad=True)
+    k, v = (torch.randn((1, 2, 200, 16), generator=g, requires_grad=True) for _ in range(2))
+    go = torch.randn((1, 4, 150, 16), generator=g)
+    attn = ts.compile(SPECS[name], causal=causal, backend="triton")
+    dec = given_decisions(attn, q, k)
+    want = _grads(attn, q, k, v, dec, go)
+    with split():
+        got = _grads(attn, q, k, v, dec, go)
+    for a, b, what in zip(got, want, ("out", "dq", "dk", "dv"), strict=True):
+        torch.testing.assert_close(a, b, atol=2e-6, rtol=2e-6, msg=f"{name} {what}")
+    torch.testing.assert_close(got[0], attn.reference(q, k, v, decisions=dec), atol=2e-5, rtol=2e-5)
+
+
+def test_blocks_of_several_shares_are_merged_and_their_counters_left_at_zero():
+    """A dense causal call of 200 tokens: the last query blocks span 4 windows of 2 tiles; their
+    shares' slots hold what they stored, every counter is back at zero after the launch (each
+    launch takes a new workspace, its counters zeroed), and a second call gives the same output
+    bit for bit."""
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn((1, 2, 200, 16), generator=g) for _ in range(3))
+    attn = ts.compile(ts.Dense(), causal=True, backend="triton")
+    with split(), recorded_workspaces() as made:
+        first = attn(q, k, v)
+        ((work, counters),) = made
+        assert counters == 2 * 7  # (batch x heads) x query blocks of 32
+        assert not counters_left(made), "a counter was left set"
+        assert work[32:].abs().sum() > 0, "no share stored a slot: nothing was split"
+        again = attn(q, k, v)
+    assert torch.equal(first, again)
+    torch.testing.assert_close(first, attn.reference(q, k, v), atol=2e-5, rtol=2e-5)
+
+
+def test_the_launch_splits_only_short_calls_and_only_the_triton_kernel():
+    q = torch.randn(1, 4, 200, 16)
+    k = v = torch.randn(1, 2, 200, 16)
+    attn = ts.compile(ts.Dense(), causal=True, backend="triton")
+    (g,) = attn.prepare(q, k, v).groups
+    n_qb = g.q_ranges.shape[2]
+    with override_config(fwd_split=3, dq_split=2, split_programs=4 * n_qb, split_all=1):
+        cfg = tile_config(16, q.dtype, q.device)
+        launches = Launches(q, k, v, g, 0.25, cfg)
+        fwd, dq = launches.fwd, launches.backward[0]
+        assert fwd.grid == (3 * n_qb, 4) and fwd.constants["SPLIT"] == 3
+        assert dq.grid == (2 * n_qb, 4) and dq.constants["SPLIT"] == 2
+        blocks = 4 * n_qb
+        assert fwd.work == (blocks, 32 + blocks * 3 * cfg.block_q * (16 + 2))
+        assert dq.work == (blocks, 32 + blocks * 2 * cfg.block_q * (16 + 2))
+        assert launches.backward[1].grid == (g.k_ranges.shape[2], 4)  # dK/dV: unsplit
+        for unsplit in launches.unsplit:  # unsplit_blocks()'s
+            assert unsplit.grid == (n_qb, 4) and "SPLIT" not in unsplit.constants and unsplit.work is None
+    with override_config(fwd_split=3, dq_split=2, split_programs=4 * n_qb):
+        cfg = tile_config(16, q.dtype, q.device)
+        assert Launches(q, k, v, g, 0.25, cfg, mixed=True).fwd.grid == (3 * n_qb, 4)  # dense heads fused in
+        for mixed, programs in ((False, 4 * n_qb), (True, 4 * n_qb - 1)):  # without split_all; one block too many
+            with override_config(split_programs=programs):
+                launches = Launches(q, k, v, g, 0.25, tile_config(16, q.dtype, q.device), mixed=mixed)
+            for launch in (launches.fwd, launches.backward[0]):
+                assert launch.grid == (n_qb, 4) and "SPLIT" not in launch.constants and launch.work is None
+    cfg = tile_config(16, q.dtype, q.device)
+    assert cfg.fwd_split == cfg.dq_split == 0  # off unless configured
+    on = replace(cfg, split_programs=99)
+    assert op._split(4, on, 99, True) == 4 and op._split(4, on, 100, True) == 1
+    assert op._split(4, on, 8, False) == 1  # a warp-specialized kernel never splits
+
+
+def _case(kind: str, T: int, heads: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    if kind == "dense":
+        return ts.Dense(), None
+    if kind == "hash":
+        return ts.Hash(buckets=3), ts.Decisions(q_bucket=torch.randint(0, 3, (1, heads, T), generator=g),
+                                                k_bucket=torch.randint(0, 3, (1, heads, T), generator=g))
+    keep = 0.05 if kind == "sparse-drop" else 0.6  # rows with no key at all
+    return ts.QKDrop(keep=keep), ts.Decisions(q_keep=torch.rand(1, heads, T, generator=g) < 0.7,
+                                              k_keep=torch.rand(1, heads, T, generator=g) < keep)
+
+
+POISONS = [None, ("v", float("inf")), ("v", float("nan")), ("k", float("nan")), ("q", float("nan"))]
+
+
+@settings(max_examples=14, derandomize=True, deadline=None, database=None)
+@given(
+    kind=st.sampled_from(["dense", "hash", "drop", "sparse-drop"]),
+    poison=st.sampled_from(POISONS),
+    Tk=st.integers(1, 160),
+    short=st.integers(0, 60),
+    row=st.integers(0, 159),
+    group=st.integers(1, 2),
+    shares=st.integers(2, 5),
+    causal=st.booleans(),
+    paired=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_split_forward_property(kind, poison, Tk, short, row, group, shares, causal, paired, seed):
+    """Against the unsplit forward, NaN for NaN: one token to 160, Tq <= Tk, GQA, a non-finite
+    value in q, k or v (sanitized in the forward's own launch or by its pair)."""
+    Tq = max(1, Tk - short)
+    heads = 2 * group
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, heads, Tq, 16, generator=g)
+    k, v = (torch.randn(1, 2, Tk, 16, generator=g) for _ in range(2))
+    spec, dec = _case(kind, Tk, heads, seed)
+    if dec is not None and Tq != Tk:
+        dec = ts.Decisions(**{n: (t[..., -Tq:] if n.startswith("q_") else t) for n, t in dec.items() if t is not None})
+    if poison is not None:
+        tensor, value = poison
+        bad = {"q": q, "k": k, "v": v}[tensor]
+        bad[0, -1, row % bad.shape[2], 3] = value
+    attn = ts.compile(spec, causal=causal, backend="triton")
+    with sanitize_in_pairs() if paired else contextlib.nullcontext():
+        want = attn(q, k, v, decisions=dec, return_lse=True)
+        with split(shares), recorded_workspaces() as made:
+            got = attn(q, k, v, decisions=dec, return_lse=True)
+            assert not counters_left(made)
+    for a, b, what in zip(got, want, ("out", "lse"), strict=True):
+        assert _close(a, b), what
+
+
+@pytest.mark.parametrize("kind", ["causal", "hash", "drop"])
+@pytest.mark.parametrize(("tensor", "value"), [("v", float("inf")), ("v", float("nan")), ("k", float("nan"))])
+def test_a_non_finite_key_reaches_only_the_rows_that_keep_it_when_split(kind, tensor, value):
+    """tests/test_nan_containment_tiles.py's containment through the split forward (3 key tiles:
+    windows of 1), sanitizing in its own launch and through its pair."""
+    import test_nan_containment_tiles as contained
+
+    for paired in (False, True):
+        with split(), sanitize_in_pairs() if paired else contextlib.nullcontext():
+            contained.test_a_non_finite_key_reaches_only_the_rows_that_keep_it("triton", kind, tensor, value)
+            contained.test_a_non_finite_query_reaches_only_its_own_row_and_its_keys("triton")
+
+
+@pytest.mark.parametrize("paired", [False, True], ids=["forward_in_one_launch", "forward_pair"])
+@pytest.mark.parametrize("name", ["hash", "perhead"])
+def test_the_split_forward_folds_the_poison(name, paired, monkeypatch):
+    """tests/test_no_host_sync.py's folded poison (given ids checked on the device, one out of
+    range) through the split forward: its merging share stores the poisoned output and lse."""
+    import test_no_host_sync as no_sync
+
+    monkeypatch.setattr(no_sync.decision_errors, "DEFERRED_DEVICES", frozenset({"cuda", "cpu"}))
+    with split():
+        no_sync.test_the_folded_poison_reaches_what_the_product_did(name, True, paired, None)
+
+
+def test_unsplit_blocks_turns_the_splits_off():
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn((1, 2, 130, 16), generator=g, requires_grad=True) for _ in range(3))
+    go = torch.randn((1, 2, 130, 16), generator=g)
+    attn = ts.compile(ts.Dense(), causal=True, backend="triton")
+    with override_config(fwd_split=0, dq_split=0):
+        want = _grads(attn, q, k, v, None, go)
+    with split():
+        with op.unsplit_blocks():
+            assert all(torch.equal(a, b) for a, b in zip(_grads(attn, q, k, v, None, go), want, strict=True))
+        got = _grads(attn, q, k, v, None, go)
+        # split: the shares' merge and sum round otherwise (the output, and dQ beyond what the output moves)
+        assert not torch.equal(got[0], want[0]) and not torch.equal(got[1], want[1])
+
+
+def test_the_default_splits_only_groups_that_fuse_dense_heads(monkeypatch):
+    """``fwd_split`` and ``dq_split`` without ``split_all``: a PerHead whose dense head the plan
+    fuses with its Hash heads (costs as a GPU's, where one launch is cheaper than two: as
+    tests/planner/test_plan.py's fused-triton plans) splits, its output still the reference's; a
+    Hash alone does not."""
+    from tilesparse.planner import CostTable
+    from tilesparse.planner import plan as plan_module
+
+    line = [0.0, 0.001]
+    costs = {"source": "test", "skips_tiles": True, "floor_ms": {"fwd": 1.0, "fwd_bwd": 1.0},
+             "stages": {"attend": {"fwd": line, "fwd_bwd": line}}}
+    table = CostTable.from_dict({"meta": {}, "devices": {"cpu": {"triton": costs}}})
+    monkeypatch.setattr(plan_module, "default_costs", lambda: table)
+    made = []
+    init = op.Launches.__init__
+
+    def spy(self, *args, **kw):
+        init(self, *args, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(op.Launches, "__init__", spy)
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn((1, 4, 150, 16), generator=g, requires_grad=True)
+    k, v = (torch.randn((1, 4, 150, 16), generator=g, requires_grad=True) for _ in range(2))
+    go = torch.randn((1, 4, 150, 16), generator=g)
+    with override_config(fwd_split=4, dq_split=4, split_programs=10**9):
+        for spec, splits in ((ts.PerHead(dense_heads=[1], rest=ts.Hash(buckets=3)), True), (ts.Hash(buckets=3), False)):
+            made.clear()
+            attn = ts.compile(spec, causal=True)
+            dec = given_decisions(attn, q, k)
+            got = _grads(attn, q, k, v, dec, go)
+            assert [a.backend.NAME for a in attn.plan(q, k, v).assignments] == ["triton"]
+            assert [launches.mixed for launches in made] == [splits], spec
+            assert (made[0].fwd.work is not None) == (made[0].backward[0].work is not None) == splits
+            want = attn.reference(q, k, v, decisions=dec)
+            torch.testing.assert_close(got[0], want, atol=2e-5, rtol=2e-5)

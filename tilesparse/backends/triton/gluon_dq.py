@@ -1,6 +1,7 @@
 """The dQ kernel with warp specialization, written in Gluon for Hopper (sm_90).
 
-It computes what ``kernels._attn_bwd_dq``'s unchanged variant computes, from the same arguments:
+It computes what ``kernels._attn_bwd_dq``'s unchanged variant computes, from the same arguments
+but the workspace (it does not split: ``TileConfig.dq_split``):
 per query block of the query layout (128 rows, the IR's ``block_q``), delta = rowsum(dO * O) of
 its rows (stored for the dK/dV kernel) and dQ over the block's key-row ranges, with every
 predicate the IR can produce, one masked loop or three per segment, and the same nonfinite
@@ -89,7 +90,7 @@ def block_reason(block_q: int) -> str | None:
 def launch(grid: tuple[int, int], args: tuple, *, head_dim: int, max_seg: int, flags: dict,
            config: DqConfig | None = None) -> None:
     """dQ into ``args``' DQ and delta into its DELTA: ``args`` are ``kernels._attn_bwd_dq``'s
-    runtime arguments (through ``v_group``); ``flags`` its predicate and loop flags (op._flags);
+    runtime arguments (through ``v_group``) but its ``WORK``; ``flags`` its predicate and loop flags (op._flags);
     ``config`` another launch shape than ``dq_config(head_dim)`` (benchmarks, sweeps)."""
     _launcher().launch(grid, args, launch_constants(config or dq_config(head_dim), head_dim, max_seg, flags))
 

@@ -1,6 +1,7 @@
 """The forward kernel with warp specialization, written in Gluon for Hopper (sm_90).
 
-It computes what ``kernels._attn_fwd``'s unchanged variant computes, from the same arguments:
+It computes what ``kernels._attn_fwd``'s unchanged variant computes, from the same arguments
+but the workspace (it does not split: ``TileConfig.fwd_split``):
 per query block of the query layout (128 rows, the IR's ``block_q``), O and the log-sum-exp
 (log2 units, +inf for a row that keeps no key) over the block's key-row ranges, with every
 predicate the IR can produce, one masked loop or three per segment, and the same nonfinite
@@ -72,7 +73,7 @@ def _unusable_on(device: int, dtype: torch.dtype, head_dim: int, block_q: int) -
 def launch(grid: tuple[int, int], args: tuple, *, head_dim: int, max_seg: int, flags: dict,
            config: FwdConfig | None = None) -> None:
     """O into ``args``' O and the lse into its LSE: ``args`` are ``kernels._attn_fwd``'s runtime
-    arguments (through ``v_group``); ``flags`` its predicate and loop flags (op._flags);
+    arguments (through ``v_group``) but its ``WORK``; ``flags`` its predicate and loop flags (op._flags);
     ``config`` another launch shape than ``fwd_config(head_dim)`` (benchmarks, sweeps)."""
     _launcher().launch(grid, args, launch_constants(config or fwd_config(head_dim), head_dim, max_seg, flags))
 

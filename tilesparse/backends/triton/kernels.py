@@ -347,7 +347,8 @@ def _share_slot(WORK, pid_bh, n_blocks, block, BLOCK_M: tl.constexpr, BLOCK_D: t
 @triton.jit
 def _arrived_last(counter, shares):
     """Count this share in at its block's counter, after its stores; whether it is the block's
-    last share (which then resets the counter to zero for the next launch)."""
+    last share (which then sets the counter back to zero: a workspace comes zeroed from the op
+    each launch, and is left so)."""
     tl.debug_barrier()  # every thread's stores before the release below
     last = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == shares - 1
     if last:

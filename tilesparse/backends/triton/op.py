@@ -316,7 +316,7 @@ class Launch:
     def site(self, kernel, flag: str | None = None) -> Site:
         """This launch's :class:`~.launch.Site` of ``kernel``, with the constant ``flag`` set
         where given (a variant: ``SANITIZE``, ``LOCAL_SANITIZE``); made on first use."""
-        key = (id(kernel), flag)  # a kernel's own hash is a Python method; kernels live as long as their module
+        key = (id(kernel), flag)  # a kernel hashes in Python; kernels live as long as their module
         site = self.sites.get(key)
         if site is None:
             constants = self.constants if flag is None else {**self.constants, flag: True}
@@ -348,6 +348,7 @@ class Launches:
         self.flags = _flags(g, cfg)
         self.max_seg_q, self.max_seg_k = g.q_ranges.shape[3], g.k_ranges.shape[3]
         self.n_qb, self.n_kb = g.q_ranges.shape[2], g.k_ranges.shape[2]
+        self.q_blocks = B * Hg * self.n_qb  # query blocks in all: the split's counters (TileConfig.split_programs)
         self.common = dict(HEAD_DIM=D, BLOCK_D=_block_d(D), PRECISION=_precision(q.dtype))
         unchanged = None
         q_grid = (self.n_qb, B * Hg)
@@ -358,7 +359,7 @@ class Launches:
             unchanged = _without_workspace(site, poison=True)
         constants = dict(**self.common, BLOCK_M=cfg.block_q, BLOCK_N=cfg.forward_tile(self.flags["SAME_BUCKET"]),
                          MAX_SEG=self.max_seg_q, num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages, **self.flags)
-        split = _split(cfg.fwd_split, cfg, B * Hg * self.n_qb, unchanged is None and (mixed or cfg.split_all > 0))
+        split = self._shares(cfg.fwd_split, unchanged is None)
         self.fwd = Launch(
             (self.n_qb * split, B * Hg), (Hg, T, Tk, self.n_qb, scale * LOG2E, self.k_group, self.v_group),
             _split_constants(constants, split), unchanged,
@@ -370,13 +371,19 @@ class Launches:
         )  # fmt: skip
         self.backward = self._backward(q, g)
 
+    def _shares(self, shares: int, triton_kernel: bool) -> int:
+        """:func:`_split` of a kernel configured for ``shares`` in this group on this call: the
+        Triton kernel (``triton_kernel``) of a group that fuses dense heads, or of any under
+        ``split_all``."""
+        cfg = self.cfg
+        return _split(shares, cfg, self.q_blocks, triton_kernel and (self.mixed or cfg.split_all > 0))
+
     def _work(self, split: int) -> tuple[int, int] | None:
         """The workspace of a launch whose query blocks split into ``split`` shares (None: 1):
         a counter a block, rounded up to 32 floats, then a slot a share (kernels._share_slot)."""
         if split == 1:
             return None
-        B, H, T, D, Tk, Hg = self.sizes
-        blocks = B * Hg * self.n_qb
+        blocks = self.q_blocks
         return blocks, cdiv(blocks, 32) * 32 + blocks * split * self.cfg.block_q * (self.common["BLOCK_D"] + 2)
 
     @functools.cached_property
@@ -402,7 +409,7 @@ class Launches:
             from . import gluon_dq
 
             unchanged = _without_workspace(gluon_dq.site(q_grid, head_dim=D, max_seg=self.max_seg_q, flags=flags))
-        split = _split(cfg.dq_split, cfg, B * Hg * self.n_qb, unchanged is None and (self.mixed or cfg.split_all > 0))
+        split = self._shares(cfg.dq_split, unchanged is None)
         dq = Launch(
             (self.n_qb * split, B * Hg), scalars(self.n_qb),
             _split_constants(dict(BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n, MAX_SEG=self.max_seg_q,
@@ -515,7 +522,7 @@ def _launch_fwd(
     """The forward's launches; ``poison`` (None: none) folded into the stored O and lse: by the
     Triton kernel itself, or after the warp-specialized one, which takes none, by two products."""
     folded = poison if fwd.unchanged is None else None
-    work = lse if fwd.work is None else workspace(q.device, *fwd.work)  # unsplit: not read
+    work = _work_tensor(fwd, lse)
     launch_pair(
         kernels._attn_fwd, fwd, (q, k, v, o, lse, work), _index_args(g, True, nonfinite),
         (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *fwd.scalars, folded),
@@ -583,6 +590,19 @@ def unsplit_blocks():
     return switched_on(_UNSPLIT)
 
 
+def _in_force(launches: Launches, i: int) -> Launch:
+    """The forward's (``i`` 0) or dQ's (1) launch as a call makes it: unsplit inside
+    :func:`unsplit_blocks`."""
+    launch = launches.backward[0] if i else launches.fwd
+    return launches.unsplit[i] if _UNSPLIT[0] and launch.work is not None else launch
+
+
+def _work_tensor(launch: Launch, unread: Tensor) -> Tensor:
+    """The workspace ``launch`` takes: a new one where it splits, else ``unread`` (any tensor:
+    an unsplit kernel does not read it)."""
+    return unread if launch.work is None else workspace(unread.device, *launch.work)
+
+
 def workspace(device: torch.device, counters: int, floats: int) -> Tensor:
     """A split kernel's fp32 workspace on ``device``, a new one a launch: ``counters`` int32
     counters, zeroed (one fill), then its shares' slots, ``floats`` in all. Not kept from call to
@@ -609,8 +629,7 @@ def _forward(
         lse, delta = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device), None
     # zeroed by the group's build where it wrote them, else a fill of their own
     forward_flag, backward_flag = g.flags or new_flags(q.device)
-    fwd = launches.unsplit[0] if _UNSPLIT[0] and launches.fwd.work is not None else launches.fwd
-    _launch_fwd(q, k, v, o, lse, g, fwd, forward_flag, poison)
+    _launch_fwd(q, k, v, o, lse, g, _in_force(launches, 0), forward_flag, poison)
     return o, lse, backward_flag, delta
 
 
@@ -627,9 +646,7 @@ class _SparseAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         g, launches = ctx.g, ctx.launches
         B, H, T, D, Tk, Hg = launches.sizes
-        dq_launch, dkdv_launch = launches.backward
-        if _UNSPLIT[0] and dq_launch.work is not None:
-            dq_launch = launches.unsplit[1]
+        dq_launch, dkdv_launch = _in_force(launches, 1), launches.backward[1]
         do = do.contiguous()
 
         delta = ctx.delta  # written by the dQ kernel; allocated with the forward's lse
@@ -638,9 +655,9 @@ class _SparseAttention(torch.autograd.Function):
 
         dq = torch.empty_like(q) if launches.full else torch.zeros_like(q)
         merged = merged_sanitize_on()  # both sanitizing variants in one launch, after the unchanged ones
-        work = lse if dq_launch.work is None else workspace(q.device, *dq_launch.work)  # unsplit: not read
         launch_pair(
-            kernels._attn_bwd_dq, dq_launch, (q, k, v, o, do, dq, lse, delta, work), _index_args(g, True, nonfinite),
+            kernels._attn_bwd_dq, dq_launch, (q, k, v, o, do, dq, lse, delta, _work_tensor(dq_launch, lse)),
+            _index_args(g, True, nonfinite),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3],
              *dq_launch.scalars), sanitize=not merged,
         )  # fmt: skip

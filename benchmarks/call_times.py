@@ -90,7 +90,7 @@ from tilesparse.backends.triton.features import unbound_features  # noqa: E402
 from tilesparse.backends.triton.hashing import unbound_hashing  # noqa: E402
 from tilesparse.backends.triton.launch import inline_fixed, keyed_launches  # noqa: E402
 from tilesparse.backends.triton.nonfinite import merged_sanitize, sanitize_in_pairs  # noqa: E402
-from tilesparse.backends.triton.op import unsplit_blocks  # noqa: E402
+from tilesparse.backends.triton.op import override_config, unsplit_blocks, unsplit_key_blocks  # noqa: E402
 from tilesparse.decide import unbound_decide  # noqa: E402
 from tilesparse.execute import filled_dense_heads, unfolded_poison  # noqa: E402
 from tilesparse.patterns.decision_errors import unbound_checks  # noqa: E402
@@ -109,9 +109,20 @@ SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort, "bound-decide":
             "bound-checks": unbound_checks, "bound-features": unbound_features, "bound-hash": unbound_hashing,
             "local-sanitize": sanitize_in_pairs, "folded-poison": unfolded_poison, "dense-heads": filled_dense_heads,
             "fixed-args": inline_fixed, "kept-identity": rebuilt_identity, "sites": keyed_launches,
-            "split": unsplit_blocks}
+            "split": unsplit_blocks, "split-dkdv": unsplit_key_blocks}
 # --ab NAME for a change not taken yet (off unless asked for): the context manager that turns it on
 ENABLES = {"merged-sanitize": merged_sanitize}
+
+
+def configured(text: str | None) -> None:
+    """``--config``: TileConfig fields (a JSON object, as ``'{"dkdv_split": 4}'``) in force for
+    the rest of the process: a configuration not taken by default, timed with its --ab switch."""
+    if text:
+        _HELD.append(override_config(**json.loads(text)))  # held: a collected one would restore the config
+        _HELD[-1].__enter__()
+
+
+_HELD: list = []
 
 
 def ab_arms(name: str | None):

@@ -57,27 +57,46 @@ def _compile_report() -> int:
     return 0
 
 
-def _dkdv_args(q, k, v, do, dk, dv, lse, delta, g, scale: float) -> tuple:
-    """kernels._attn_bwd_dkdv's runtime arguments for prepared group ``g``, which the Gluon
-    kernel takes too (its flag zeroed: the dQ kernel flagged nothing)."""
+def _dkdv_args(q, k, v, do, dk, dv, lse, delta, g, scale: float, work: tuple = ()) -> tuple:
+    """kernels._attn_bwd_dkdv's runtime arguments for prepared group ``g`` (its flag zeroed: the
+    dQ kernel flagged nothing), which the Gluon kernel takes too but the workspace: ``work``
+    (the Triton kernel's, unsplit: any tensor) or none."""
     H, T, Tk = q.shape[1], q.shape[2], k.shape[2]
     return (
-        q, k, v, do, dk, dv, lse, delta, g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.k_ranges,
-        g.k_nseg, g.head_map, new_flags(q.device)[0], *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+        q, k, v, do, dk, dv, lse, delta, *work, g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket,
+        g.k_ranges, g.k_nseg, g.head_map, new_flags(q.device)[0], *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
         *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], len(g.heads), T, Tk, g.k_ranges.shape[2],
         scale * LOG2E, scale, H // k.shape[1], H // v.shape[1],
     )  # fmt: skip
 
 
-def _dq_args(q, k, v, o, do, dq, lse, delta, g, scale: float) -> tuple:
-    """kernels._attn_bwd_dq's runtime arguments for prepared group ``g`` (a zeroed flag)."""
+def _dq_args(q, k, v, o, do, dq, lse, delta, g, scale: float, work: tuple = ()) -> tuple:
+    """kernels._attn_bwd_dq's runtime arguments for prepared group ``g`` (a zeroed flag), with
+    ``work`` as :func:`_dkdv_args`."""
     H, T, Tk = q.shape[1], q.shape[2], k.shape[2]
     return (
-        q, k, v, o, do, dq, lse, delta, g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket, g.q_ranges,
-        g.q_nseg, g.head_map, new_flags(q.device)[0], *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+        q, k, v, o, do, dq, lse, delta, *work, g.q_order, g.q_pos, g.q_bucket, g.k_order, g.k_pos, g.k_bucket,
+        g.q_ranges, g.q_nseg, g.head_map, new_flags(q.device)[0], *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
         *o.stride()[:3], *do.stride()[:3], *dq.stride()[:3], len(g.heads), T, Tk, g.q_ranges.shape[2],
         scale * LOG2E, scale, H // k.shape[1], H // v.shape[1],
     )  # fmt: skip
+
+
+def _pair(kernel, grid: tuple[int, int], args: tuple, constants: dict, gluon=None) -> None:
+    """nonfinite.launch_pair of ``kernel`` on its runtime arguments ``args`` (tensors first, the
+    workspace among them) with ``constants``; ``gluon``: a Gluon module's ``launch`` (its
+    grid and options bound) standing in for the unchanged variant, on the arguments but the
+    workspace, as op._without_workspace hands them."""
+    from tilesparse.backends.triton.nonfinite import launch_pair
+    from tilesparse.backends.triton.op import Launch
+
+    n = sum(isinstance(a, torch.Tensor) for a in args)
+    work = 8  # the workspace's position: after the eight tensors before it (dK/dV's and dQ's)
+
+    def unchanged(tensors, rest, scalars, reading=None):
+        gluon((*tensors[:work], *tensors[work + 1:], *rest, *scalars))
+
+    launch_pair(kernel, Launch(grid, (), constants, None if gluon is None else unchanged), args[:n], (), args[n:])
 
 
 def _cases(args):
@@ -115,7 +134,6 @@ def main() -> int:
     from bench_models import probe_results, timed
 
     from tilesparse.backends.triton import gluon_dkdv, kernels
-    from tilesparse.backends.triton.nonfinite import launch_pair
     from tilesparse.backends.triton.op import _block_d, _precision, dp_first
 
     dev = torch.device("cuda")
@@ -128,21 +146,19 @@ def main() -> int:
         delta = torch.empty((B, Hg, T), dtype=torch.float32, device=dev)
         dq = torch.zeros_like(q)
         n_qb = g.q_ranges.shape[2]
-        launch_pair(
-            kernels._attn_bwd_dq, (n_qb, B * Hg), *_dq_args(q, k, v, o, do, dq, lse, delta, g, scale),
-            BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n, MAX_SEG=g.q_ranges.shape[3], num_warps=cfg.dq_warps,
-            num_stages=cfg.dq_stages, **common, **flags,
-        )  # fmt: skip
+        _pair(kernels._attn_bwd_dq, (n_qb, B * Hg), _dq_args(q, k, v, o, do, dq, lse, delta, g, scale, (lse,)),
+              dict(BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n, MAX_SEG=g.q_ranges.shape[3], num_warps=cfg.dq_warps,
+                   num_stages=cfg.dq_stages, **common, **flags))  # fmt: skip
         dk_ref = torch.zeros((B, Hg, T, D), dtype=torch.float32, device=dev)
         dv_ref = torch.zeros_like(dk_ref)
         n_kb = g.k_ranges.shape[2]
 
         tri = functools.partial(
-            launch_pair, kernels._attn_bwd_dkdv, (n_kb, B * Hg),
-            *_dkdv_args(q, k, v, do, dk_ref, dv_ref, lse, delta, g, scale),
-            DKV_PER_QUERY_HEAD=True, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=g.k_ranges.shape[3],
-            DP_FIRST=dp_first(cfg, flags["SINGLE_LOOP"]), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
-            **common, **flags,
+            _pair, kernels._attn_bwd_dkdv, (n_kb, B * Hg),
+            _dkdv_args(q, k, v, do, dk_ref, dv_ref, lse, delta, g, scale, (lse,)),
+            dict(DKV_PER_QUERY_HEAD=True, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=g.k_ranges.shape[3],
+                 DP_FIRST=dp_first(cfg, flags["SINGLE_LOOP"]), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
+                 **common, **flags),
         )  # fmt: skip
         t = timed(tri)
         tri_ms = t["ms"]
@@ -220,7 +236,6 @@ def _main_dq(args) -> int:
     from bench_models import probe_results, timed
 
     from tilesparse.backends.triton import gluon_dq, kernels
-    from tilesparse.backends.triton.nonfinite import launch_pair
     from tilesparse.backends.triton.op import _block_d, _precision
 
     dev = torch.device("cuda")
@@ -234,8 +249,8 @@ def _main_dq(args) -> int:
                       num_stages=cfg.dq_stages, **flags)  # fmt: skip
         dq_ref = torch.zeros_like(q)
         delta_ref = torch.empty((B, Hg, T), dtype=torch.float32, device=dev)
-        ref_args = _dq_args(q, k, v, o, do, dq_ref, lse, delta_ref, g, scale)
-        t = timed(functools.partial(launch_pair, kernels._attn_bwd_dq, grid, *ref_args, **consts))
+        ref_args = _dq_args(q, k, v, o, do, dq_ref, lse, delta_ref, g, scale, (lse,))
+        t = timed(functools.partial(_pair, kernels._attn_bwd_dq, grid, ref_args, consts))
         tri_ms = t["ms"]
         _record(res, write, t0, {"shape": [B, H, Hkv, D, T], "name": f"{pname} triton dq", **t,
                                  "block": [cfg.block_q, cfg.dq_n]})  # fmt: skip
@@ -245,13 +260,12 @@ def _main_dq(args) -> int:
                    "config": [bn, st, regs]}  # fmt: skip
             dq = torch.full_like(dq_ref, float("nan"))
             delta = torch.full_like(delta_ref, float("nan"))
-            dq_args = _dq_args(q, k, v, o, do, dq, lse, delta, g, scale)
-            stand_in = functools.partial(gluon_dq.launch, head_dim=D, max_seg=g.q_ranges.shape[3], flags=flags,
+            dq_args = _dq_args(q, k, v, o, do, dq, lse, delta, g, scale, (lse,))
+            stand_in = functools.partial(gluon_dq.launch, grid, head_dim=D, max_seg=g.q_ranges.shape[3], flags=flags,
                                          config=DqConfig(bn, st, regs))  # fmt: skip
-            run = functools.partial(launch_pair, kernels._attn_bwd_dq, grid, *dq_args, unchanged=stand_in,
-                                    **consts)  # fmt: skip
+            run = functools.partial(_pair, kernels._attn_bwd_dq, grid, dq_args, consts, stand_in)
 
-            def compare(dq=dq, delta=delta, flag=dq_args[17]):
+            def compare(dq=dq, delta=delta, flag=dq_args[18]):
                 return dict(flagged=int(flag.item()), max_diff_dq=float((dq.float() - dq_ref.float()).abs().max()),
                             max_dq=float(dq_ref.float().abs().max()),
                             max_diff_delta=float((delta - delta_ref).abs().max()))  # fmt: skip

@@ -82,3 +82,33 @@ def test_an_inf_in_an_unkept_feature_stays_out():
     out = attn(q, k, v, decisions=dec)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, attn.reference(q, k, v, decisions=dec), rtol=1e-4, atol=1e-5)
+
+
+def test_cudnn_first_sets_the_priority_for_the_call_and_puts_the_callers_back():
+    """The call runs with cuDNN first, then flash, efficient and math, then the caller's others;
+    after it (an error included) the caller's order is back and no backend's flag has moved."""
+    from tilesparse.backends.sdpa import CUDA_PRIORITY, cudnn_first
+
+    want = [int(b) for b in CUDA_PRIORITY]
+    flags = (torch.backends.cuda.flash_sdp_enabled, torch.backends.cuda.math_sdp_enabled)
+    before_flags = [f() for f in flags]
+    previous = torch._C._get_sdp_priority_order()
+    theirs = [b for b in reversed(previous)]  # another order of the caller's, cuDNN not first
+    torch._C._set_sdp_priority_order(theirs)
+    try:
+        seen = cudnn_first(torch._C._get_sdp_priority_order)
+        assert seen[: len(want)] == want and sorted(seen) == sorted(theirs)
+        assert [b for b in seen if b not in want] == [b for b in theirs if b not in want]
+        assert torch._C._get_sdp_priority_order() == theirs
+
+        def fails():
+            raise RuntimeError("no kernel")
+
+        with pytest.raises(RuntimeError, match="no kernel"):
+            cudnn_first(fails)
+        assert torch._C._get_sdp_priority_order() == theirs
+        assert [f() for f in flags] == before_flags
+        torch._C._set_sdp_priority_order(seen)  # already cuDNN's first: left as it is
+        assert cudnn_first(torch._C._get_sdp_priority_order) == seen
+    finally:
+        torch._C._set_sdp_priority_order(previous)

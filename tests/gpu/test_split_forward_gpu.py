@@ -1,9 +1,10 @@
 """The Triton forward and dQ kernels with their query blocks split over windows of their key
-tiles (``TileConfig.fwd_split``, ``dq_split``; kernels._share_window, _merged_shares and
-_summed_shares) on the GPU: outputs and gradients within rounding of the unsplit kernels' and no
-further from the float32 reference (mean error); the same bits call after call (the shares' merge takes them in share order, whoever
-arrives last); the counters zero after every launch; a CUDA graph captured with it replays the
-eager result."""
+tiles, and dK/dV with its key blocks split over windows of their query tiles
+(``TileConfig.fwd_split``, ``dq_split``, ``dkdv_split``; kernels._share_window, _merged_shares,
+_summed_shares and _summed_kv_shares) on the GPU: outputs and gradients within rounding of the
+unsplit kernels' and no further from the float32 reference's (mean error); the same bits call
+after call (the shares' merge and sums take them in share order, whoever arrives last); the
+counters zero after every launch; a CUDA graph captured with it replays the eager result."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ IDS = ["D64_4k", "D64_GQA_1000", "D128_GQA_4k", "D128_GQA_1000"]
 
 
 def split(shares: int = 4):
-    return override_config(fwd_split=shares, dq_split=shares, split_programs=10**9, split_all=1)
+    return override_config(fwd_split=shares, dq_split=shares, dkdv_split=shares, split_programs=10**9, split_all=1)
 
 
 def _call(attn, q, k, v, dec, go):
@@ -39,7 +40,7 @@ def test_the_split_forward_matches_the_unsplit_one(name, shape):
     go = torch.randn_like(q)
     attn = ts.compile(SPECS[name], causal=True, backend="triton")
     dec = attn.decide(q, k)
-    with override_config(fwd_split=0, dq_split=0):  # unsplit (the default splits short calls)
+    with override_config(fwd_split=0, dq_split=0, dkdv_split=0):  # unsplit (the default splits short calls)
         want = _call(attn, q, k, v, dec, go)
     with split(), recorded_workspaces() as made:
         got = _call(attn, q, k, v, dec, go)
@@ -49,9 +50,12 @@ def test_the_split_forward_matches_the_unsplit_one(name, shape):
             assert all(torch.equal(a, b) for a, b in zip(_call(attn, q, k, v, dec, go), got, strict=True)), name
     for a, b, what in zip(got, want, ("out", "dq", "dk", "dv"), strict=True):
         torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2, msg=f"{name} {what}")
-    ref = attn.reference(q.float(), k.float(), v.float(), decisions=dec)
-    err_split, err_base = (got[0].float() - ref).abs().mean(), (want[0].float() - ref).abs().mean()
-    assert err_split <= 1.05 * err_base + 1e-5, (name, float(err_split), float(err_base))  # no further off
+    qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+    ref = attn.reference(qf, kf, vf, decisions=dec)
+    refs = (ref.detach(), *torch.autograd.grad(ref, (qf, kf, vf), go.float()))
+    for a, b, r, what in zip(got, want, refs, ("out", "dq", "dk", "dv"), strict=True):
+        err_split, err_base = (a.float() - r).abs().mean(), (b.float() - r).abs().mean()
+        assert err_split <= 1.05 * err_base + 1e-5, (name, what, float(err_split), float(err_base))  # no further off
 
 
 @pytest.mark.parametrize("name", ["dense", "qkdrop"])

@@ -10,7 +10,12 @@ for a group of some heads, as torch ops (a 0/1 mask a side and a product: there 
 On CUDA
 the cuDNN kernel is tried first, then flash, then torch's others: on the H200 cuDNN runs dense
 causal attention 1.6x faster than flash (benchmarks/results/bench_full_d64_h200.json), and
-torch's own order may prefer flash.
+torch's own order may prefer flash. The call sets torch's priority order for itself and puts the
+caller's back after it (two calls into torch's C API, and none where the order is already
+cuDNN's first); the backends the caller turned off stay off. ``torch.nn.attention.sdpa_kernel``,
+which did this before, also switched every listed backend on and read and restored each one's
+flag, a dozen calls into torch's C API and Python's list handling around them
+(``benchmarks/results/logs/sdpa_priority_host.py`` times both).
 
 With queries shorter than keys (Tq < Tk) causality is bottom-right (query i at absolute position
 Tk - Tq + i), while ``is_causal=True`` aligns top-left when Tq != Tk: such a call passes the
@@ -20,12 +25,12 @@ sees every key), so it stays exact.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
 from ..ir import AttentionInputs, Causal, DotScore, HeadGroup, Layout, PreparedGroup
 from .base import Backend, register, select_heads
@@ -40,6 +45,7 @@ CUDA_PRIORITY = [
     SDPBackend.EFFICIENT_ATTENTION,
     SDPBackend.MATH,
 ]
+_FIRST = tuple(int(b) for b in CUDA_PRIORITY)
 
 
 class SdpaBackend(Backend):
@@ -95,10 +101,22 @@ class SdpaBackend(Backend):
         mask = None
         if causal and inputs.q_len != inputs.k_len:
             causal, mask = False, bottom_right_causal(inputs.q_len, inputs.k_len, q.device)
-        with sdpa_kernel(CUDA_PRIORITY, set_priority=True) if q.is_cuda else contextlib.nullcontext():
-            return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=causal, scale=inputs.scale, enable_gqa=gqa
-            )
+        attend = functools.partial(F.scaled_dot_product_attention, q, k, v, attn_mask=mask, is_causal=causal,
+                                   scale=inputs.scale, enable_gqa=gqa)  # fmt: skip
+        return cudnn_first(attend) if q.is_cuda else attend()
+
+
+def cudnn_first(attend):
+    """``attend()`` with torch's SDPA priority order :data:`CUDA_PRIORITY` first (then the
+    caller's others, in its order), and the caller's order back after it."""
+    previous = torch._C._get_sdp_priority_order()
+    if tuple(previous[: len(_FIRST)]) == _FIRST:
+        return attend()
+    torch._C._set_sdp_priority_order([*_FIRST, *(b for b in previous if b not in _FIRST)])
+    try:
+        return attend()
+    finally:
+        torch._C._set_sdp_priority_order(previous)
 
 
 def _sparsified(inputs: AttentionInputs, heads: tuple[int, ...], q_support: Tensor, k_support: Tensor):

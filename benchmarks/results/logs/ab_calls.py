@@ -54,7 +54,9 @@ def main() -> None:
     ap.add_argument("--modes", required=True)
     ap.add_argument("--pairs", type=int, default=300)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--config", help='TileConfig fields for the whole process, as \'{"dkdv_split": 4}\'')
     args = ap.parse_args()
+    call_times.configured(args.config)
     torch.autograd.set_multithreading_enabled(False)  # as call_times.py
     call_times.WANT.update(args.modes.split(","))
     turned = call_times.ab_arms(args.ab)

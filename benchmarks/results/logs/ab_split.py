@@ -3,11 +3,12 @@
 shape and arm, the attention kernels' GPU time a forward and a forward+backward (the profiler, as
 ``ab_heavy_first.py``: every kernel whose name starts with ``_attn``; 20 calls a turn, two turns
 an arm, the arms alternating) and the largest difference of the outputs and gradients from the
-unsplit ones. bf16, causal, decisions given. An arm ``N`` splits both kernels into N windows,
-``fN`` the forward only; every arm splits every group of every call (``split_all``,
-``split_programs``).
+unsplit ones. bf16, causal, decisions given. An arm ``N`` splits the forward and dQ into N
+windows, ``fN`` the forward only, ``NkM`` also dK/dV's key blocks into M windows of their query
+tiles (``TileConfig.dkdv_split``), ``kM`` dK/dV only; every arm splits every group of every call
+(``split_all``, ``split_programs``).
 
-    python3 ab_split.py OUT.json SHAPES PATTERNS ARMS   (SHAPES: BxHxHkvxDxT,...; ARMS: f4,2,4,...)
+    python3 ab_split.py OUT.json SHAPES PATTERNS ARMS   (SHAPES: BxHxHkvxDxT,...; ARMS: f4,2,4,4k4,k2,...)
 """
 
 import functools
@@ -26,12 +27,14 @@ from ab_heavy_first import _call, kernel_us  # noqa: E402
 
 
 def _arm(label: str) -> dict:
-    n = int(label.lstrip("f"))
-    return {"fwd_split": n, "dq_split": 0 if label.startswith("f") else n, "split_programs": 10**9, "split_all": 1}
+    blocks, _, keys = label.partition("k")
+    n = int(blocks.lstrip("f") or 0)
+    return {"fwd_split": n, "dq_split": 0 if label.startswith("f") else n, "dkdv_split": int(keys or 0),
+            "split_programs": 10**9, "split_all": 1}
 
 
 def main(out: str, shapes: list, names: list, splits: list) -> None:
-    arms = [{"fwd_split": 0, "dq_split": 0}] + [_arm(s) for s in splits]
+    arms = [{"fwd_split": 0, "dq_split": 0, "dkdv_split": 0}] + [_arm(s) for s in splits]
     rows = []
     for B, H, Hkv, D, T in shapes:
         g = torch.Generator("cuda").manual_seed(0)

@@ -11,7 +11,7 @@ cuDNN's forward against ``fwd``, its forward+backward against the other two. One
 pattern and shape, timing in turns under call_times.py's lock.
 
     python3 paired_cudnn.py --shapes 1x16x16x64x4096 --patterns hash16 --modes fwd,fwd_bwd \\
-        --pairs 150 --lock DIR --expect N --out OUT.json
+        --pairs 150 --lock DIR --expect N --out OUT.json [--config '{"dkdv_split": 4}']
 """
 
 import argparse
@@ -51,7 +51,9 @@ def main() -> None:
     ap.add_argument("--expect", type=int, default=1)
     ap.add_argument("--wait-s", type=float, default=240.0)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--config", help='TileConfig fields for the whole process, as \'{"dkdv_split": 4}\'')
     args = ap.parse_args()
+    call_times.configured(args.config)
     torch.autograd.set_multithreading_enabled(False)  # as call_times.py
     call_times.WANT.update(args.modes.split(","))
     rows = {}

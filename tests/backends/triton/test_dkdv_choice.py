@@ -153,7 +153,7 @@ def test_gluon_launch_takes_the_flags_and_its_launch_shape(monkeypatch, D):
 @pytest.mark.parametrize("Hkv", [4, 2])
 def test_the_backward_hands_the_dkdv_launch_to_it(monkeypatch, Hkv):
     """With the kernel taken, the dK/dV launch pair runs gluon_dkdv's site at the Triton kernel's
-    grid on its runtime arguments, per query head where kv heads are shared, with the group's
+    grid on its runtime arguments but the workspace, per query head where kv heads are shared, with the group's
     flags, then the sanitizing variant; the launch pair hands the sanitizing variant the reading
     the site returned."""
     monkeypatch.setattr(op, "ws_dkdv", lambda cfg, q, g=None: True)
@@ -178,7 +178,8 @@ def test_the_backward_hands_the_dkdv_launch_to_it(monkeypatch, Hkv):
     o.backward(torch.ones_like(o))
     ((kernel, grid, args),) = [p for p in pairs if p[0] is op.kernels._attn_bwd_dkdv]
     ((got_grid, kw, calls),) = sites
-    assert got_grid == grid == (g.k_ranges.shape[2], 4) and calls == [(*args, None)]
+    tensors, rest, scalars = args
+    assert got_grid == grid == (g.k_ranges.shape[2], 4) and calls == [(tensors[:-1], rest, scalars, None)]  # no workspace
     assert kw == dict(head_dim=64, per_query_head=Hkv != 4, max_seg=g.k_ranges.shape[3], flags=op._flags(g, cfg))
     # the sanitizing variant after it, through the Triton kernel's site (the recorder: its general launch)
     ((_, got_args, const, _),) = rec.launches

@@ -1,11 +1,12 @@
 """The Triton forward and dQ kernels with their query blocks split over windows of their key
-tiles (``TileConfig.fwd_split``, ``dq_split``; kernels._share_window, _merged_shares,
-_summed_shares): outputs and gradients those of the unsplit kernels (to rounding: the shares'
-merge and sum add in another order) and of the reference, for every built-in pattern, GQA,
-Tq < Tk, lengths no multiple of a block, rows with no key, one token; non-finite inputs and a
-poison handled as the unsplit kernels handle them; the workspace's counters zero after every
-launch; by default only groups that fuse dense heads split. Under the interpreter, 32-wide CPU
-tiles."""
+tiles, and the dK/dV kernel with its key blocks split over windows of their query tiles
+(``TileConfig.fwd_split``, ``dq_split``, ``dkdv_split``; kernels._share_window, _merged_shares,
+_summed_shares, _summed_kv_shares): outputs and gradients those of the unsplit kernels (to
+rounding: the shares' merge and sums add in another order) and of the reference, for every
+built-in pattern, GQA, Tq < Tk, lengths no multiple of a block, rows with no key, one token;
+non-finite inputs and a poison handled as the unsplit kernels handle them; the workspace's
+counters zero after every launch; by default only groups that fuse dense heads split. Under the
+interpreter, 32-wide CPU tiles."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ SPECS = one_of_each_kind(keep=0.6, buckets=3, k=4)
 
 
 def split(shares: int = 4):
-    """Split the forward's and dQ's query blocks into ``shares`` windows on every call."""
-    return override_config(fwd_split=shares, dq_split=shares, split_programs=10**9, split_all=1)
+    """Split the forward's and dQ's query blocks and dK/dV's key blocks into ``shares`` windows
+    on every call."""
+    return override_config(fwd_split=shares, dq_split=shares, dkdv_split=shares, split_programs=10**9, split_all=1)
 
 
 def _grads(attn, q, k, v, dec, go):
@@ -49,7 +51,8 @@ def _close(got: torch.Tensor, want: torch.Tensor, atol: float = 2e-5) -> bool:
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_a_split_forward_gives_the_unsplit_results(name, causal):
-    """GQA (4 query heads, 2 kv heads), Tq = 150 < Tk = 200: 7 key tiles, windows of 2."""
+    """GQA (4 query heads, 2 kv heads), Tq = 150 < Tk = 200: 7 key tiles, windows of 2; 5 query
+    tiles, windows of 2 (dK/dV)."""
     g = torch.Generator().manual_seed(1)
     q = torch.randn((1, 4, 150, 16), generator=g, requires_grad=True)
     k, v = (torch.randn((1, 2, 200, 16), generator=g, requires_grad=True) for _ in range(2))
@@ -89,28 +92,30 @@ def test_the_launch_splits_only_short_calls_and_only_the_triton_kernel():
     attn = ts.compile(ts.Dense(), causal=True, backend="triton")
     (g,) = attn.prepare(q, k, v).groups
     n_qb = g.q_ranges.shape[2]
-    with override_config(fwd_split=3, dq_split=2, split_programs=4 * n_qb, split_all=1):
+    n_kb = g.k_ranges.shape[2]
+    with override_config(fwd_split=3, dq_split=2, dkdv_split=5, split_programs=4 * n_qb, split_all=1):
         cfg = tile_config(16, q.dtype, q.device)
         launches = Launches(q, k, v, g, 0.25, cfg)
-        fwd, dq = launches.fwd, launches.backward[0]
+        fwd, (dq, dkdv) = launches.fwd, launches.backward
         assert fwd.grid == (3 * n_qb, 4) and fwd.constants["SPLIT"] == 3
         assert dq.grid == (2 * n_qb, 4) and dq.constants["SPLIT"] == 2
-        blocks = 4 * n_qb
+        assert dkdv.grid == (5 * n_kb, 4) and dkdv.constants["SPLIT"] == 5
+        blocks, k_blocks = 4 * n_qb, 4 * n_kb
         assert fwd.work == (blocks, 32 + blocks * 3 * cfg.block_q * (16 + 2))
         assert dq.work == (blocks, 32 + blocks * 2 * cfg.block_q * (16 + 2))
-        assert launches.backward[1].grid == (g.k_ranges.shape[2], 4)  # dK/dV: unsplit
-        for unsplit in launches.unsplit:  # unsplit_blocks()'s
-            assert unsplit.grid == (n_qb, 4) and "SPLIT" not in unsplit.constants and unsplit.work is None
+        assert dkdv.work == (k_blocks, 32 + k_blocks * 5 * 2 * cfg.block_k * 16)
+        for unsplit, n in zip(launches.unsplit, (n_qb, n_qb, n_kb), strict=True):  # unsplit_blocks()'s
+            assert unsplit.grid == (n, 4) and "SPLIT" not in unsplit.constants and unsplit.work is None
     with override_config(fwd_split=3, dq_split=2, split_programs=4 * n_qb):
         cfg = tile_config(16, q.dtype, q.device)
         assert Launches(q, k, v, g, 0.25, cfg, mixed=True).fwd.grid == (3 * n_qb, 4)  # dense heads fused in
         for mixed, programs in ((False, 4 * n_qb), (True, 4 * n_qb - 1)):  # without split_all; one block too many
-            with override_config(split_programs=programs):
+            with override_config(split_programs=programs, dkdv_split=2):
                 launches = Launches(q, k, v, g, 0.25, tile_config(16, q.dtype, q.device), mixed=mixed)
-            for launch in (launches.fwd, launches.backward[0]):
+            for launch in (launches.fwd, *launches.backward):
                 assert launch.grid == (n_qb, 4) and "SPLIT" not in launch.constants and launch.work is None
     cfg = tile_config(16, q.dtype, q.device)
-    assert cfg.fwd_split == cfg.dq_split == 0  # off unless configured
+    assert cfg.fwd_split == cfg.dq_split == cfg.dkdv_split == 0  # off unless configured
     on = replace(cfg, split_programs=99)
     assert op._split(4, on, 99, True) == 4 and op._split(4, on, 100, True) == 1
     assert op._split(4, on, 8, False) == 1  # a warp-specialized kernel never splits
@@ -131,27 +136,24 @@ def _case(kind: str, T: int, heads: int, seed: int):
 POISONS = [None, ("v", float("inf")), ("v", float("nan")), ("k", float("nan")), ("q", float("nan"))]
 
 
-@settings(max_examples=14, derandomize=True, deadline=None, database=None)
-@given(
-    kind=st.sampled_from(["dense", "hash", "drop", "sparse-drop"]),
-    poison=st.sampled_from(POISONS),
-    Tk=st.integers(1, 160),
-    short=st.integers(0, 60),
-    row=st.integers(0, 159),
-    group=st.integers(1, 2),
-    shares=st.integers(2, 5),
-    causal=st.booleans(),
-    paired=st.booleans(),
-    seed=st.integers(0, 2**16),
-)
-def test_split_forward_property(kind, poison, Tk, short, row, group, shares, causal, paired, seed):
-    """Against the unsplit forward, NaN for NaN: one token to 160, Tq <= Tk, GQA, a non-finite
-    value in q, k or v (sanitized in the forward's own launch or by its pair)."""
+def _case_strategies(longest: int) -> dict:
+    """The property tests' draws (:func:`_property_case`'s arguments, and shares and causality),
+    up to ``longest`` keys."""
+    return dict(kind=st.sampled_from(["dense", "hash", "drop", "sparse-drop"]), poison=st.sampled_from(POISONS),
+                Tk=st.integers(1, longest), short=st.integers(0, 60), row=st.integers(0, longest - 1),
+                group=st.integers(1, 2), shares=st.integers(2, 5), causal=st.booleans(), seed=st.integers(0, 2**16))
+
+
+def _property_case(kind: str, poison, Tk: int, short: int, row: int, group: int, seed: int):
+    """The property tests' case: q (1, 2 x group, Tq = max(1, Tk - short), 16), k and v (1, 2,
+    Tk, 16), an output gradient, and ``kind``'s spec and decisions (:func:`_case`, the queries'
+    the last Tq), ``poison`` (tensor, value) written into row ``row`` of the last head."""
     Tq = max(1, Tk - short)
     heads = 2 * group
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(1, heads, Tq, 16, generator=g)
     k, v = (torch.randn(1, 2, Tk, 16, generator=g) for _ in range(2))
+    go = torch.randn(1, heads, Tq, 16, generator=g)
     spec, dec = _case(kind, Tk, heads, seed)
     if dec is not None and Tq != Tk:
         dec = ts.Decisions(**{n: (t[..., -Tq:] if n.startswith("q_") else t) for n, t in dec.items() if t is not None})
@@ -159,6 +161,15 @@ def test_split_forward_property(kind, poison, Tk, short, row, group, shares, cau
         tensor, value = poison
         bad = {"q": q, "k": k, "v": v}[tensor]
         bad[0, -1, row % bad.shape[2], 3] = value
+    return q, k, v, go, spec, dec
+
+
+@settings(max_examples=14, derandomize=True, deadline=None, database=None)
+@given(paired=st.booleans(), **_case_strategies(160))
+def test_split_forward_property(kind, poison, Tk, short, row, group, shares, causal, paired, seed):
+    """Against the unsplit forward, NaN for NaN: one token to 160, Tq <= Tk, GQA, a non-finite
+    value in q, k or v (sanitized in the forward's own launch or by its pair)."""
+    q, k, v, _, spec, dec = _property_case(kind, poison, Tk, short, row, group, seed)
     attn = ts.compile(spec, causal=causal, backend="triton")
     with sanitize_in_pairs() if paired else contextlib.nullcontext():
         want = attn(q, k, v, decisions=dec, return_lse=True)
@@ -167,6 +178,23 @@ def test_split_forward_property(kind, poison, Tk, short, row, group, shares, cau
             assert not counters_left(made)
     for a, b, what in zip(got, want, ("out", "lse"), strict=True):
         assert _close(a, b), what
+
+
+@settings(max_examples=10, derandomize=True, deadline=None, database=None)
+@given(**_case_strategies(130))
+def test_split_backward_property(kind, poison, Tk, short, row, group, shares, causal, seed):
+    """dQ, dK and dV through the split kernels (dQ's and dK/dV's, and the forward's) against the
+    unsplit ones, NaN for NaN: one token to 130, Tq <= Tk, GQA, a non-finite value in q, k or v
+    (the backward's sanitizing variants then run unsplit after the split ones)."""
+    q, k, v, go, spec, dec = _property_case(kind, poison, Tk, short, row, group, seed)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    attn = ts.compile(spec, causal=causal, backend="triton")
+    want = _grads(attn, q, k, v, dec, go)
+    with split(shares), recorded_workspaces() as made:
+        got = _grads(attn, q, k, v, dec, go)
+        assert not counters_left(made)
+    for a, b, what in zip(got, want, ("out", "dq", "dk", "dv"), strict=True):
+        assert _close(a, b, atol=5e-5), what
 
 
 @pytest.mark.parametrize("kind", ["causal", "hash", "drop"])
@@ -194,23 +222,27 @@ def test_the_split_forward_folds_the_poison(name, paired, monkeypatch):
         no_sync.test_the_folded_poison_reaches_what_the_product_did(name, True, paired, None)
 
 
-def test_unsplit_blocks_turns_the_splits_off():
+def test_unsplit_blocks_turns_the_splits_off_and_unsplit_key_blocks_dkdvs():
     g = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn((1, 2, 130, 16), generator=g, requires_grad=True) for _ in range(3))
     go = torch.randn((1, 2, 130, 16), generator=g)
     attn = ts.compile(ts.Dense(), causal=True, backend="triton")
-    with override_config(fwd_split=0, dq_split=0):
+    with override_config(fwd_split=0, dq_split=0, dkdv_split=0):
         want = _grads(attn, q, k, v, None, go)
     with split():
         with op.unsplit_blocks():
             assert all(torch.equal(a, b) for a, b in zip(_grads(attn, q, k, v, None, go), want, strict=True))
         got = _grads(attn, q, k, v, None, go)
-        # split: the shares' merge and sum round otherwise (the output, and dQ beyond what the output moves)
-        assert not torch.equal(got[0], want[0]) and not torch.equal(got[1], want[1])
+        # split: the shares' merge and sums round otherwise (the output, and the gradients beyond what it moves)
+        assert not any(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+        with op.unsplit_key_blocks():  # dK/dV's alone
+            keys_unsplit = _grads(attn, q, k, v, None, go)
+    with override_config(fwd_split=4, dq_split=4, dkdv_split=0, split_programs=10**9, split_all=1):
+        assert all(torch.equal(a, b) for a, b in zip(keys_unsplit, _grads(attn, q, k, v, None, go), strict=True))
 
 
 def test_the_default_splits_only_groups_that_fuse_dense_heads(monkeypatch):
-    """``fwd_split`` and ``dq_split`` without ``split_all``: a PerHead whose dense head the plan
+    """``fwd_split``, ``dq_split`` and ``dkdv_split`` without ``split_all``: a PerHead whose dense head the plan
     fuses with its Hash heads (costs as a GPU's, where one launch is cheaper than two: as
     tests/planner/test_plan.py's fused-triton plans) splits, its output still the reference's; a
     Hash alone does not."""
@@ -234,7 +266,7 @@ def test_the_default_splits_only_groups_that_fuse_dense_heads(monkeypatch):
     q = torch.randn((1, 4, 150, 16), generator=g, requires_grad=True)
     k, v = (torch.randn((1, 4, 150, 16), generator=g, requires_grad=True) for _ in range(2))
     go = torch.randn((1, 4, 150, 16), generator=g)
-    with override_config(fwd_split=4, dq_split=4, split_programs=10**9):
+    with override_config(fwd_split=4, dq_split=4, dkdv_split=4, split_programs=10**9):
         for spec, splits in ((ts.PerHead(dense_heads=[1], rest=ts.Hash(buckets=3)), True), (ts.Hash(buckets=3), False)):
             made.clear()
             attn = ts.compile(spec, causal=True)
@@ -242,6 +274,6 @@ def test_the_default_splits_only_groups_that_fuse_dense_heads(monkeypatch):
             got = _grads(attn, q, k, v, dec, go)
             assert [a.backend.NAME for a in attn.plan(q, k, v).assignments] == ["triton"]
             assert [launches.mixed for launches in made] == [splits], spec
-            assert (made[0].fwd.work is not None) == (made[0].backward[0].work is not None) == splits
+            assert [launch.work is not None for launch in (made[0].fwd, *made[0].backward)] == [splits] * 3
             want = attn.reference(q, k, v, decisions=dec)
             torch.testing.assert_close(got[0], want, atol=2e-5, rtol=2e-5)

@@ -334,14 +334,14 @@ def _clipped(lo, f0, f1, hi, w_lo, w_hi):
 
 
 @triton.jit
-def _share_slot(WORK, pid_bh, n_blocks, block, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT: tl.constexpr):
+def _share_slot(WORK, pid_bh, n_blocks, block, SIZE: tl.constexpr, SPLIT: tl.constexpr):
     """The block's counter (int32) and its first share's slot in WORK: the counters, one per
-    (batch-head, block), rounded up to 32 floats, then SPLIT slots a block of BLOCK_M x
-    (BLOCK_D + 2) floats (a tile, then two rows)."""
+    (batch-head, block), rounded up to 32 floats, then SPLIT slots a block of SIZE floats (the
+    forward's and dQ's: a BLOCK_M x BLOCK_D tile, then two rows; dK/dV's: two BLOCK_N x BLOCK_D
+    tiles)."""
     counter = WORK.to(tl.pointer_type(tl.int32), bitcast=True) + pid_bh.to(tl.int64) * n_blocks + block
     n_counters = tl.num_programs(1).to(tl.int64) * n_blocks
-    size: tl.constexpr = BLOCK_M * (BLOCK_D + 2)
-    return counter, WORK + tl.cdiv(n_counters, 32) * 32 + (pid_bh.to(tl.int64) * n_blocks + block) * (SPLIT * size)
+    return counter, WORK + tl.cdiv(n_counters, 32) * 32 + (pid_bh.to(tl.int64) * n_blocks + block) * (SPLIT * SIZE)
 
 
 @triton.jit
@@ -365,7 +365,7 @@ def _merged_shares(acc, l_i, m_i, WORK, pid_bh, n_blocks, block, share, shares, 
     online softmax's step, so the result does not depend on which share came last) and
     returns (True, acc, l, m); every other share returns (False, ...) and stores nothing more."""
     size: tl.constexpr = BLOCK_M * (BLOCK_D + 2)
-    counter, first_slot = _share_slot(WORK, pid_bh, n_blocks, block, BLOCK_M, BLOCK_D, SPLIT)
+    counter, first_slot = _share_slot(WORK, pid_bh, n_blocks, block, size, SPLIT)
     offs_r = tl.arange(0, BLOCK_M)
     tile = offs_r[:, None] * BLOCK_D + offs_d[None, :]
     slot = first_slot + share * size
@@ -397,7 +397,7 @@ def _summed_shares(x, WORK, pid_bh, n_blocks, block, share, shares, offs_d,
     """A split dQ block's share: stores its partial dQ to its slot and counts itself in; the
     block's last share returns (True, the shares' sum in share order), every other (False, x)."""
     size: tl.constexpr = BLOCK_M * (BLOCK_D + 2)
-    counter, first_slot = _share_slot(WORK, pid_bh, n_blocks, block, BLOCK_M, BLOCK_D, SPLIT)
+    counter, first_slot = _share_slot(WORK, pid_bh, n_blocks, block, size, SPLIT)
     tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_D + offs_d[None, :]
     tl.store(first_slot + share * size + tile, x)
     last = _arrived_last(counter, shares)
@@ -406,6 +406,29 @@ def _summed_shares(x, WORK, pid_bh, n_blocks, block, share, shares, offs_d,
         for s in range(shares):
             x += tl.load(first_slot + s * size + tile, cache_modifier=".cg")
     return last, x
+
+
+@triton.jit
+def _summed_kv_shares(dk, dv, WORK, pid_bh, n_blocks, block, share, shares, offs_d,
+                      BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT: tl.constexpr):
+    """A split dK/dV block's share, as :func:`_summed_shares` with two tiles a slot (dK's, then
+    dV's): the block's last share returns (True, dK, dV summed in share order), every other
+    (False, dk, dv)."""
+    size: tl.constexpr = 2 * BLOCK_N * BLOCK_D
+    counter, first_slot = _share_slot(WORK, pid_bh, n_blocks, block, size, SPLIT)
+    tile = tl.arange(0, BLOCK_N)[:, None] * BLOCK_D + offs_d[None, :]
+    slot = first_slot + share * size
+    tl.store(slot + tile, dk)
+    tl.store(slot + BLOCK_N * BLOCK_D + tile, dv)
+    last = _arrived_last(counter, shares)
+    if last:
+        dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+        dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+        for s in range(shares):
+            slot = first_slot + s * size
+            dk += tl.load(slot + tile, cache_modifier=".cg")
+            dv += tl.load(slot + BLOCK_N * BLOCK_D + tile, cache_modifier=".cg")
+    return last, dk, dv
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
@@ -566,7 +589,7 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt,
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
-def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
+def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, WORK,
                    Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, RANGES, NSEG, HEAD_MAP, NONFINITE,
                    stride_qb, stride_qh, stride_qt,
                    stride_kb, stride_kh, stride_kt,
@@ -581,13 +604,25 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                    CAUSAL: tl.constexpr, STRICT: tl.constexpr, SAME_BUCKET: tl.constexpr,
                    NOT_SELF: tl.constexpr, PRECISION: tl.constexpr, SINGLE_LOOP: tl.constexpr,
                    DP_FIRST: tl.constexpr, SANITIZE: tl.constexpr = False,
-                   HEAVY_FIRST: tl.constexpr = False):
-    """One key block (BLOCK_N rows of the key layout) against its query-row ranges."""
+                   HEAVY_FIRST: tl.constexpr = False, SPLIT: tl.constexpr = 1):
+    """One key block (BLOCK_N rows of the key layout) against its query-row ranges.
+
+    ``SPLIT`` > 1: split as the forward (:func:`_attn_fwd`), each share over one window of the
+    query tiles; a block of several shares is summed by its last share (:func:`_summed_kv_shares`),
+    which then checks the flag, stores and flags dK and dV as an unsplit program."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     if SANITIZE:
         if tl.load(NONFINITE) == 0:
             return  # the unchanged variants' outputs are exact (see the module docstring)
     pid_n, pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen, HEAVY_FIRST, False)
+    share = 0
+    if SPLIT > 1:
+        share = pid_n % SPLIT
+        pid_n = pid_n // SPLIT
+        w_lo, w_hi, shares = _share_window(NSEG, RANGES, pid_bh, n_blocks, pid_n, seqlen, share, BLOCK_M, MAX_SEG,
+                                           SPLIT, SANITIZE)
+        if share >= shares:
+            return  # the block has fewer shares
     row_base_k = pid_bh.to(tl.int64) * seqlen_k  # key rows: Tk of them (queries: Tq = seqlen)
     offs_n, n_ok, k_rows, k_pos, k_bkt = _layout_rows(K_ORDER, K_POS, K_BKT, row_base_k, pid_n, seqlen_k,
                                                       KEY_SENTINEL, -2, BLOCK_N, SAME_BUCKET)
@@ -614,6 +649,8 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
     prev_hi = 0
     for s in range(nseg):
         lo, f0, f1, hi, prev_hi = _tiles(rng, s, BLOCK_M, SINGLE_LOOP, prev_hi)
+        if SPLIT > 1:
+            lo, f0, f1, hi = _clipped(lo, f0, f1, hi, w_lo, w_hi)
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, k_bkt, q_base, do_base, stride_qt, stride_dot,
                                       q_order, q_posp, q_bktp, lsep, deltap, lo, f0, qk_scale, seqlen,
                                       offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
@@ -627,6 +664,12 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
                                           q_order, q_posp, q_bktp, lsep, deltap, f1, hi, qk_scale, seqlen,
                                           offs_d, d_ok, BLOCK_M, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF,
                                           PRECISION, DP_FIRST, SANITIZE)
+    if SPLIT > 1:
+        if shares > 1:
+            last, dk, dv = _summed_kv_shares(dk, dv, WORK, pid_bh, n_blocks, pid_n, share, shares, offs_d, BLOCK_N,
+                                             BLOCK_D, SPLIT)
+            if not last:
+                return  # the block's last share stores them
 
     if not SANITIZE:
         # the dQ kernel found a value that is not finite: the sanitizing variant writes this
@@ -800,7 +843,7 @@ def _attn_bwd_sanitize(Q, K, V, O, DO, DQ, DK, DV, LSE, DELTA,
                          PRECISION, SINGLE_LOOP, True, False)
     else:
         if tl.program_id(0) < n_kb:
-            _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA,
+            _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, LSE,  # no workspace: unsplit
                            Q_ORDER, Q_POS, Q_BKT, K_ORDER, K_POS, K_BKT, K_RANGES, K_NSEG, HEAD_MAP, NONFINITE,
                            stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
                            stride_vb, stride_vh, stride_vt, stride_dob, stride_doh, stride_dot,

@@ -45,6 +45,7 @@ __all__ = [
     "sparse_attention",
     "tile_config",
     "unsplit_blocks",
+    "unsplit_key_blocks",
     "workspace",
     "ws_dkdv",
     "ws_dkdv_reason",
@@ -115,7 +116,9 @@ class TileConfig:
     # sets the kernel's time) on calls of at most split_programs query blocks in all; a block
     # spanning several windows is merged by its last share. 0: unsplit
     dq_split: int = 0  # the same for the Triton dQ kernel (its shares' partial dQ summed)
-    split_programs: int = 0  # the most query blocks (batch x group heads x blocks) a split call has
+    dkdv_split: int = 0  # the same for the Triton dK/dV kernel's key blocks over windows of their
+    # query tiles (its shares' partial dK and dV summed)
+    split_programs: int = 0  # the most blocks (batch x group heads x blocks) a split launch has
     split_all: int = 0  # 1: split in every group, not only those fusing dense heads (tests, sweeps)
 
     def forward_tile(self, same_bucket: bool) -> int:
@@ -349,6 +352,7 @@ class Launches:
         self.max_seg_q, self.max_seg_k = g.q_ranges.shape[3], g.k_ranges.shape[3]
         self.n_qb, self.n_kb = g.q_ranges.shape[2], g.k_ranges.shape[2]
         self.q_blocks = B * Hg * self.n_qb  # query blocks in all: the split's counters (TileConfig.split_programs)
+        self.k_blocks = B * Hg * self.n_kb  # and key blocks, dK/dV's
         self.common = dict(HEAD_DIM=D, BLOCK_D=_block_d(D), PRECISION=_precision(q.dtype))
         unchanged = None
         q_grid = (self.n_qb, B * Hg)
@@ -359,7 +363,7 @@ class Launches:
             unchanged = _without_workspace(site, poison=True)
         constants = dict(**self.common, BLOCK_M=cfg.block_q, BLOCK_N=cfg.forward_tile(self.flags["SAME_BUCKET"]),
                          MAX_SEG=self.max_seg_q, num_warps=cfg.fwd_warps, num_stages=cfg.fwd_stages, **self.flags)
-        split = self._shares(cfg.fwd_split, unchanged is None)
+        split = self._shares(cfg.fwd_split, unchanged is None, self.q_blocks)
         self.fwd = Launch(
             (self.n_qb * split, B * Hg), (Hg, T, Tk, self.n_qb, scale * LOG2E, self.k_group, self.v_group),
             _split_constants(constants, split), unchanged,
@@ -371,30 +375,34 @@ class Launches:
         )  # fmt: skip
         self.backward = self._backward(q, g)
 
-    def _shares(self, shares: int, triton_kernel: bool) -> int:
-        """:func:`_split` of a kernel configured for ``shares`` in this group on this call: the
-        Triton kernel (``triton_kernel``) of a group that fuses dense heads, or of any under
-        ``split_all``."""
+    def _shares(self, shares: int, triton_kernel: bool, blocks: int) -> int:
+        """:func:`_split` of a kernel configured for ``shares`` in this group on this call of
+        ``blocks`` blocks in all: the Triton kernel (``triton_kernel``) of a group that fuses
+        dense heads, or of any under ``split_all``."""
         cfg = self.cfg
-        return _split(shares, cfg, self.q_blocks, triton_kernel and (self.mixed or cfg.split_all > 0))
+        return _split(shares, cfg, blocks, triton_kernel and (self.mixed or cfg.split_all > 0))
 
-    def _work(self, split: int) -> tuple[int, int] | None:
-        """The workspace of a launch whose query blocks split into ``split`` shares (None: 1):
-        a counter a block, rounded up to 32 floats, then a slot a share (kernels._share_slot)."""
+    def _work(self, split: int, keys: bool = False) -> tuple[int, int] | None:
+        """The workspace of a launch whose blocks split into ``split`` shares (None: 1): a
+        counter a block, rounded up to 32 floats, then a slot a share (kernels._share_slot): the
+        forward's and dQ's query blocks a tile and two rows, dK/dV's key blocks (``keys``) two
+        tiles."""
         if split == 1:
             return None
-        blocks = self.q_blocks
-        return blocks, cdiv(blocks, 32) * 32 + blocks * split * self.cfg.block_q * (self.common["BLOCK_D"] + 2)
+        d = self.common["BLOCK_D"]
+        blocks, slot = (self.k_blocks, 2 * self.cfg.block_k * d) if keys else (self.q_blocks, self.cfg.block_q * (d + 2))
+        return blocks, cdiv(blocks, 32) * 32 + blocks * split * slot
 
     @functools.cached_property
-    def unsplit(self) -> tuple[Launch, Launch]:
-        """The forward and dQ launches without their splits (:func:`unsplit_blocks`), worked out
-        at their first use."""
-        def unsplit(launch: Launch) -> Launch:
+    def unsplit(self) -> tuple[Launch, Launch, Launch]:
+        """The forward, dQ and dK/dV launches without their splits (:func:`unsplit_blocks`),
+        worked out at their first use."""
+        def unsplit(launch: Launch, n_blocks: int) -> Launch:
             constants = {n: c for n, c in launch.constants.items() if n != "SPLIT"}
-            return replace(launch, grid=(self.n_qb, launch.grid[1]), constants=constants, work=None, sites={})
+            return replace(launch, grid=(n_blocks, launch.grid[1]), constants=constants, work=None, sites={})
 
-        return unsplit(self.fwd), unsplit(self.backward[0])
+        dq, dkdv = self.backward
+        return unsplit(self.fwd, self.n_qb), unsplit(dq, self.n_qb), unsplit(dkdv, self.n_kb)
 
     def _backward(self, q: Tensor, g: PreparedGroup) -> tuple[Launch, Launch]:
         """The dQ and the dK/dV launches."""
@@ -409,7 +417,7 @@ class Launches:
             from . import gluon_dq
 
             unchanged = _without_workspace(gluon_dq.site(q_grid, head_dim=D, max_seg=self.max_seg_q, flags=flags))
-        split = self._shares(cfg.dq_split, unchanged is None)
+        split = self._shares(cfg.dq_split, unchanged is None, self.q_blocks)
         dq = Launch(
             (self.n_qb * split, B * Hg), scalars(self.n_qb),
             _split_constants(dict(BLOCK_M=cfg.block_q, BLOCK_N=cfg.dq_n, MAX_SEG=self.max_seg_q,
@@ -420,14 +428,15 @@ class Launches:
         if ws_dkdv(cfg, q, g):  # the warp-specialized kernel, then the Triton kernel's sanitizing variant
             from . import gluon_dkdv
 
-            unchanged = gluon_dkdv.site(k_grid, head_dim=D, per_query_head=not self.direct, max_seg=self.max_seg_k,
-                                        flags=flags)  # fmt: skip
+            unchanged = _without_workspace(gluon_dkdv.site(k_grid, head_dim=D, per_query_head=not self.direct,
+                                                           max_seg=self.max_seg_k, flags=flags))  # fmt: skip
+        split = self._shares(cfg.dkdv_split, unchanged is None, self.k_blocks)
         dkdv = Launch(
-            k_grid, scalars(self.n_kb),
-            dict(DKV_PER_QUERY_HEAD=not self.direct, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k, MAX_SEG=self.max_seg_k,
-                 DP_FIRST=dp_first(cfg, flags["SINGLE_LOOP"]), num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages,
-                 **self.common, **flags),
-            unchanged,
+            (self.n_kb * split, B * Hg), scalars(self.n_kb),
+            _split_constants(dict(DKV_PER_QUERY_HEAD=not self.direct, BLOCK_M=cfg.dkdv_m, BLOCK_N=cfg.block_k,
+                                  MAX_SEG=self.max_seg_k, DP_FIRST=dp_first(cfg, flags["SINGLE_LOOP"]),
+                                  num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages, **self.common, **flags), split),
+            unchanged, work=self._work(split, keys=True),
         )  # fmt: skip
         return dq, dkdv
 
@@ -569,10 +578,10 @@ def _without_workspace(site: Site, *, poison: bool = False) -> Callable:
 
 
 def _split(shares: int, cfg: TileConfig, blocks: int, splits: bool) -> int:
-    """How many shares a query block of a Triton kernel configured for ``shares``
-    (``TileConfig.fwd_split``, ``dq_split``) splits into on a call of ``blocks`` query blocks
-    in all (batch x group heads x blocks); 1: unsplit, and where ``splits`` is False (a
-    warp-specialized kernel, or a group that fuses no dense heads without ``split_all``)."""
+    """How many shares a block of a Triton kernel configured for ``shares``
+    (``TileConfig.fwd_split``, ``dq_split``, ``dkdv_split``) splits into on a call of ``blocks``
+    of its blocks in all (batch x group heads x blocks); 1: unsplit, and where ``splits`` is False
+    (a warp-specialized kernel, or a group that fuses no dense heads without ``split_all``)."""
     return shares if splits and shares > 1 and blocks <= cfg.split_programs else 1
 
 
@@ -581,20 +590,28 @@ def _split_constants(constants: dict, split: int) -> dict:
 
 
 _UNSPLIT = [False]  # unsplit_blocks() in force
+_UNSPLIT_KEYS = [False]  # unsplit_key_blocks() in force
 
 
 def unsplit_blocks():
-    """Inside the block the Triton forward and dQ kernels run unsplit where their configuration
-    splits them (``TileConfig.fwd_split``, ``dq_split``): A/B timing (``call_times.py --ab
-    split``) and tests."""
+    """Inside the block the Triton forward, dQ and dK/dV kernels run unsplit where their
+    configuration splits them (``TileConfig.fwd_split``, ``dq_split``, ``dkdv_split``): A/B
+    timing (``call_times.py --ab split``) and tests."""
     return switched_on(_UNSPLIT)
 
 
+def unsplit_key_blocks():
+    """Inside the block the dK/dV kernel alone runs unsplit where its configuration splits it
+    (``TileConfig.dkdv_split``): A/B timing (``call_times.py --ab split-dkdv``) and tests."""
+    return switched_on(_UNSPLIT_KEYS)
+
+
 def _in_force(launches: Launches, i: int) -> Launch:
-    """The forward's (``i`` 0) or dQ's (1) launch as a call makes it: unsplit inside
-    :func:`unsplit_blocks`."""
-    launch = launches.backward[0] if i else launches.fwd
-    return launches.unsplit[i] if _UNSPLIT[0] and launch.work is not None else launch
+    """The forward's (``i`` 0), dQ's (1) or dK/dV's (2) launch as a call makes it: unsplit
+    inside :func:`unsplit_blocks` (dK/dV's also inside :func:`unsplit_key_blocks`)."""
+    launch = launches.backward[i - 1] if i else launches.fwd
+    off = _UNSPLIT[0] or (i == 2 and _UNSPLIT_KEYS[0])
+    return launches.unsplit[i] if off and launch.work is not None else launch
 
 
 def _work_tensor(launch: Launch, unread: Tensor) -> Tensor:
@@ -646,7 +663,7 @@ class _SparseAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         g, launches = ctx.g, ctx.launches
         B, H, T, D, Tk, Hg = launches.sizes
-        dq_launch, dkdv_launch = _in_force(launches, 1), launches.backward[1]
+        dq_launch, dkdv_launch = _in_force(launches, 1), _in_force(launches, 2)
         do = do.contiguous()
 
         delta = ctx.delta  # written by the dQ kernel; allocated with the forward's lse
@@ -667,7 +684,8 @@ class _SparseAttention(torch.autograd.Function):
         else:  # per query head, one allocation for both
             dk, dv = torch.empty((2, B, Hg, Tk, D), dtype=torch.float32, device=q.device).unbind()
         launch_pair(
-            kernels._attn_bwd_dkdv, dkdv_launch, (q, k, v, do, dk, dv, lse, delta), _index_args(g, False, nonfinite),
+            kernels._attn_bwd_dkdv, dkdv_launch, (q, k, v, do, dk, dv, lse, delta, _work_tensor(dkdv_launch, lse)),
+            _index_args(g, False, nonfinite),
             (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3], *dk.stride()[:3], *dv.stride()[:3],
              *dkdv_launch.scalars), sanitize=not merged,
         )  # fmt: skip

@@ -71,8 +71,8 @@ class Variant:
     long: bool = False  # a bucket group with long segments (op.long_segments: three loops)
     local: bool = False  # the forward with its sanitizing loops in the same launch (nonfinite.LOCAL_MAX_KEYS)
     poison: bool = False  # the forward folding given ids' poison into its stores (POISON a pointer, not None)
-    split: bool = False  # the forward's or dQ's blocks split over windows of their key tiles (TileConfig.fwd_split,
-    # dq_split)
+    split: bool = False  # the forward's or dQ's blocks split over windows of their key tiles, dK/dV's over windows
+    # of their query tiles (TileConfig.fwd_split, dq_split, dkdv_split)
 
     def constexprs(self) -> dict:
         c = dict(HEAD_DIM=self.head_dim, BLOCK_D=_block_d(self.head_dim))
@@ -96,6 +96,7 @@ class Variant:
         else:
             c.update(BLOCK_M=self.cfg.dkdv_m, BLOCK_N=self.cfg.block_k, DKV_PER_QUERY_HEAD=self.gqa,
                      DP_FIRST=dp_first(self.cfg, c["SINGLE_LOOP"]))
+            c["SPLIT"] = self.cfg.dkdv_split if self.split else 1
         return c
 
     @property
@@ -261,7 +262,7 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
     drop-causal flags but the local forwards, which hold theirs; the bf16 D=64 hash forwards
     (local, unchanged, sanitizing) again with a poison to fold (``poison``: given ids checked
     on the device, kernels._poisoned); and the 16-bit hash- and drop-causal forwards of every
-    configuration that splits short calls and its dQ kernels, split (``split``). The sanitizing variants left
+    configuration that splits short calls, and its dQ and dK/dV kernels, split (``split``). The sanitizing variants left
     out differ from those in what the unchanged variants compile: fp16's from bf16's in the
     products' type, the other flag combinations in the predicates, D=16 in the tile shapes,
     fp32 in the precision. They made up 69 of the 97 sanitizing variants and about a third of
@@ -295,12 +296,13 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
     out += [replace(v, poison=True) for v in out
             if v.kernel == "fwd" and v.dtype == torch.bfloat16 and v.head_dim == 64 and v.flags == HASH_CAUSAL
             and not v.long]
-    # the 16-bit forwards and dQ kernels whose configuration splits short calls (TileConfig.fwd_split,
-    # dq_split), as those launch them: each variant of the hash- and drop-causal flags, local, paired and
-    # sanitizing, with and without a poison
+    # the 16-bit forwards, dQ and dK/dV kernels whose configuration splits short calls (TileConfig.fwd_split,
+    # dq_split, dkdv_split), as those launch them: each variant of the hash- and drop-causal flags, local, paired
+    # and sanitizing, with and without a poison
+    splits = {"fwd": lambda cfg: cfg.fwd_split, "dq": lambda cfg: cfg.dq_split, "dkdv": lambda cfg: cfg.dkdv_split}
     out += [replace(v, split=True) for v in out
             if v.dtype != torch.float32 and not v.long and v.flags in (HASH_CAUSAL, DROP_CAUSAL)
-            and ((v.kernel == "fwd" and v.cfg.fwd_split > 1) or (v.kernel == "dq" and v.cfg.dq_split > 1))]
+            and v.kernel in splits and splits[v.kernel](v.cfg) > 1]
     return list(dict.fromkeys(out))
 
 

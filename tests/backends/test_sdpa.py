@@ -93,7 +93,7 @@ def test_cudnn_first_sets_the_priority_for_the_call_and_puts_the_callers_back():
     flags = (torch.backends.cuda.flash_sdp_enabled, torch.backends.cuda.math_sdp_enabled)
     before_flags = [f() for f in flags]
     previous = torch._C._get_sdp_priority_order()
-    theirs = [b for b in reversed(previous)]  # another order of the caller's, cuDNN not first
+    theirs = list(reversed(previous))  # another order of the caller's, cuDNN not first
     torch._C._set_sdp_priority_order(theirs)
     try:
         seen = cudnn_first(torch._C._get_sdp_priority_order)

@@ -1,7 +1,7 @@
 """The Triton forward and dQ kernels with their query blocks split over windows of their key
 tiles, and dK/dV with its key blocks split over windows of their query tiles
 (``TileConfig.fwd_split``, ``dq_split``, ``dkdv_split``; kernels._share_window, _merged_shares,
-_summed_shares and _summed_kv_shares) on the GPU: outputs and gradients within rounding of the
+_summed_shares) on the GPU: outputs and gradients within rounding of the
 unsplit kernels' and no further from the float32 reference's (mean error); the same bits call
 after call (the shares' merge and sums take them in share order, whoever arrives last); the
 counters zero after every launch; a CUDA graph captured with it replays the eager result."""

@@ -1,7 +1,7 @@
 """The Triton forward and dQ kernels with their query blocks split over windows of their key
 tiles, and the dK/dV kernel with its key blocks split over windows of their query tiles
 (``TileConfig.fwd_split``, ``dq_split``, ``dkdv_split``; kernels._share_window, _merged_shares,
-_summed_shares, _summed_kv_shares): outputs and gradients those of the unsplit kernels (to
+_summed_shares): outputs and gradients those of the unsplit kernels (to
 rounding: the shares' merge and sums add in another order) and of the reference, for every
 built-in pattern, GQA, Tq < Tk, lengths no multiple of a block, rows with no key, one token;
 non-finite inputs and a poison handled as the unsplit kernels handle them; the workspace's

@@ -157,14 +157,20 @@ def _scheduled(HEAVY_FIRST: tl.constexpr, LAST_FIRST: tl.constexpr):
 
 
 @triton.jit
-def _program(HEAD_MAP, n_heads_g, seqlen, HEAVY_FIRST: tl.constexpr, LAST_FIRST: tl.constexpr):
+def _program(HEAD_MAP, n_heads_g, seqlen, HEAVY_FIRST: tl.constexpr, LAST_FIRST: tl.constexpr, SPLIT: tl.constexpr):
     """This program's block and (batch, group head) (:func:`_scheduled`), its batch, head within
-    the group, query head, and the offset of its (batch, group head) rows in the index tensors."""
+    the group, query head, the offset of its (batch, group head) rows in the index tensors, and
+    its share of the block: with SPLIT shares a block, grid index i along the blocks is block
+    i // SPLIT, share i % SPLIT (0 without)."""
     block, pid_bh = _scheduled(HEAVY_FIRST, LAST_FIRST)
+    share = 0
+    if SPLIT > 1:
+        share = block % SPLIT
+        block = block // SPLIT
     b = pid_bh // n_heads_g
     hg = pid_bh % n_heads_g
     h = tl.load(HEAD_MAP + hg)
-    return block, pid_bh, b, hg, h, pid_bh.to(tl.int64) * seqlen
+    return block, pid_bh, b, hg, h, pid_bh.to(tl.int64) * seqlen, share
 
 
 @triton.jit
@@ -188,14 +194,9 @@ def _query_block(HEAD_MAP, Q_ORDER, Q_POS, Q_BKT, n_heads_g, seqlen,
                  HEAVY_FIRST: tl.constexpr, SPLIT: tl.constexpr = 1):
     """The query block of a forward or dQ program: :func:`_program`'s ids (the block last-first
     under HEAVY_FIRST), the block's layout rows (:func:`_layout_rows`) and the head-dim offsets
-    with their mask, and the program's share of the block's key tiles: with SPLIT shares a
-    block, grid index i along the blocks is block i // SPLIT, share i % SPLIT (0 without)."""
+    with their mask, and the program's share of the block's key tiles (:func:`_program`)."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
-    pid_m, pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen, HEAVY_FIRST, True)
-    share = 0
-    if SPLIT > 1:
-        share = pid_m % SPLIT
-        pid_m = pid_m // SPLIT
+    pid_m, pid_bh, b, hg, h, row_base, share = _program(HEAD_MAP, n_heads_g, seqlen, HEAVY_FIRST, True, SPLIT)
     offs_m, m_ok, q_rows, q_pos, q_bkt = _layout_rows(Q_ORDER, Q_POS, Q_BKT, row_base, pid_m, seqlen, -1, -1,
                                                       BLOCK_M, SAME_BUCKET)
     offs_d = tl.arange(0, BLOCK_D)
@@ -392,43 +393,29 @@ def _merged_shares(acc, l_i, m_i, WORK, pid_bh, n_blocks, block, share, shares, 
 
 
 @triton.jit
-def _summed_shares(x, WORK, pid_bh, n_blocks, block, share, shares, offs_d,
-                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT: tl.constexpr):
-    """A split dQ block's share: stores its partial dQ to its slot and counts itself in; the
-    block's last share returns (True, the shares' sum in share order), every other (False, x)."""
-    size: tl.constexpr = BLOCK_M * (BLOCK_D + 2)
-    counter, first_slot = _share_slot(WORK, pid_bh, n_blocks, block, size, SPLIT)
-    tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_D + offs_d[None, :]
-    tl.store(first_slot + share * size + tile, x)
+def _summed_shares(x, y, WORK, pid_bh, n_blocks, block, share, shares, offs_d, ROWS: tl.constexpr,
+                   BLOCK_D: tl.constexpr, SPLIT: tl.constexpr, SIZE: tl.constexpr, PAIR: tl.constexpr):
+    """A split dQ block's share (``x``; ``y`` not read) or, with PAIR, a split dK/dV block's
+    (``x``, ``y``: dK's tile, then dV's, in a slot): stores its partial tiles of ROWS x BLOCK_D
+    to its slot of SIZE floats and counts itself in; the block's last share returns (True, the
+    shares' sums in share order), every other (False, x, y)."""
+    counter, first_slot = _share_slot(WORK, pid_bh, n_blocks, block, SIZE, SPLIT)
+    tile = tl.arange(0, ROWS)[:, None] * BLOCK_D + offs_d[None, :]
+    slot = first_slot + share * SIZE
+    tl.store(slot + tile, x)
+    if PAIR:
+        tl.store(slot + ROWS * BLOCK_D + tile, y)
     last = _arrived_last(counter, shares)
     if last:
-        x = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        x = tl.zeros([ROWS, BLOCK_D], dtype=tl.float32)
+        if PAIR:
+            y = tl.zeros([ROWS, BLOCK_D], dtype=tl.float32)
         for s in range(shares):
-            x += tl.load(first_slot + s * size + tile, cache_modifier=".cg")
-    return last, x
-
-
-@triton.jit
-def _summed_kv_shares(dk, dv, WORK, pid_bh, n_blocks, block, share, shares, offs_d,
-                      BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT: tl.constexpr):
-    """A split dK/dV block's share, as :func:`_summed_shares` with two tiles a slot (dK's, then
-    dV's): the block's last share returns (True, dK, dV summed in share order), every other
-    (False, dk, dv)."""
-    size: tl.constexpr = 2 * BLOCK_N * BLOCK_D
-    counter, first_slot = _share_slot(WORK, pid_bh, n_blocks, block, size, SPLIT)
-    tile = tl.arange(0, BLOCK_N)[:, None] * BLOCK_D + offs_d[None, :]
-    slot = first_slot + share * size
-    tl.store(slot + tile, dk)
-    tl.store(slot + BLOCK_N * BLOCK_D + tile, dv)
-    last = _arrived_last(counter, shares)
-    if last:
-        dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-        dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-        for s in range(shares):
-            slot = first_slot + s * size
-            dk += tl.load(slot + tile, cache_modifier=".cg")
-            dv += tl.load(slot + BLOCK_N * BLOCK_D + tile, cache_modifier=".cg")
-    return last, dk, dv
+            slot = first_slot + s * SIZE
+            x += tl.load(slot + tile, cache_modifier=".cg")
+            if PAIR:
+                y += tl.load(slot + ROWS * BLOCK_D + tile, cache_modifier=".cg")
+    return last, x, y
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
@@ -608,17 +595,14 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, WORK,
     """One key block (BLOCK_N rows of the key layout) against its query-row ranges.
 
     ``SPLIT`` > 1: split as the forward (:func:`_attn_fwd`), each share over one window of the
-    query tiles; a block of several shares is summed by its last share (:func:`_summed_kv_shares`),
+    query tiles; a block of several shares is summed by its last share (:func:`_summed_shares`),
     which then checks the flag, stores and flags dK and dV as an unsplit program."""
     tl.static_assert(BLOCK_D >= HEAD_DIM, "BLOCK_D pads the head dim to a power of two")
     if SANITIZE:
         if tl.load(NONFINITE) == 0:
             return  # the unchanged variants' outputs are exact (see the module docstring)
-    pid_n, pid_bh, b, hg, h, row_base = _program(HEAD_MAP, n_heads_g, seqlen, HEAVY_FIRST, False)
-    share = 0
+    pid_n, pid_bh, b, hg, h, row_base, share = _program(HEAD_MAP, n_heads_g, seqlen, HEAVY_FIRST, False, SPLIT)
     if SPLIT > 1:
-        share = pid_n % SPLIT
-        pid_n = pid_n // SPLIT
         w_lo, w_hi, shares = _share_window(NSEG, RANGES, pid_bh, n_blocks, pid_n, seqlen, share, BLOCK_M, MAX_SEG,
                                            SPLIT, SANITIZE)
         if share >= shares:
@@ -666,8 +650,8 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, WORK,
                                           PRECISION, DP_FIRST, SANITIZE)
     if SPLIT > 1:
         if shares > 1:
-            last, dk, dv = _summed_kv_shares(dk, dv, WORK, pid_bh, n_blocks, pid_n, share, shares, offs_d, BLOCK_N,
-                                             BLOCK_D, SPLIT)
+            last, dk, dv = _summed_shares(dk, dv, WORK, pid_bh, n_blocks, pid_n, share, shares, offs_d, BLOCK_N,
+                                          BLOCK_D, SPLIT, 2 * BLOCK_N * BLOCK_D, True)
             if not last:
                 return  # the block's last share stores them
 
@@ -792,7 +776,9 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA, WORK,
                                     BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
     if SPLIT > 1:
         if shares > 1:
-            last, dq = _summed_shares(dq, WORK, pid_bh, n_blocks, pid_m, share, shares, offs_d, BLOCK_M, BLOCK_D, SPLIT)
+            # a slot as the forward's (kernels._share_slot, op.Launches._work)
+            last, dq, _ = _summed_shares(dq, dq, WORK, pid_bh, n_blocks, pid_m, share, shares, offs_d, BLOCK_M,
+                                         BLOCK_D, SPLIT, BLOCK_M * (BLOCK_D + 2), False)
             if not last:
                 return  # the block's last share stores it
 

@@ -87,17 +87,21 @@ class Variant:
         if self.kernel == "fwd":
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.forward_tile(c["SAME_BUCKET"]))
             c["LOCAL_SANITIZE"] = self.local
-            c["SPLIT"] = self.cfg.fwd_split if self.split else 1
             if not self.poison:
                 c["POISON"] = None
         elif self.kernel == "dq":
             c.update(BLOCK_M=self.cfg.block_q, BLOCK_N=self.cfg.dq_n, STORE_DELTA=True)
-            c["SPLIT"] = self.cfg.dq_split if self.split else 1
         else:
             c.update(BLOCK_M=self.cfg.dkdv_m, BLOCK_N=self.cfg.block_k, DKV_PER_QUERY_HEAD=self.gqa,
                      DP_FIRST=dp_first(self.cfg, c["SINGLE_LOOP"]))
-            c["SPLIT"] = self.cfg.dkdv_split if self.split else 1
+        c["SPLIT"] = self.split_shares if self.split else 1
         return c
+
+    @property
+    def split_shares(self) -> int:
+        """The shares its configuration splits this kernel's blocks into (``TileConfig.fwd_split``,
+        ``dq_split``, ``dkdv_split``)."""
+        return getattr(self.cfg, f"{self.kernel}_split", 0)  # the merged sanitizing launch: none
 
     @property
     def drop(self) -> bool:
@@ -299,10 +303,9 @@ def variants(head_dims=(16, 64, 128, 256), dtypes=(torch.float16, torch.bfloat16
     # the 16-bit forwards, dQ and dK/dV kernels whose configuration splits short calls (TileConfig.fwd_split,
     # dq_split, dkdv_split), as those launch them: each variant of the hash- and drop-causal flags, local, paired
     # and sanitizing, with and without a poison
-    splits = {"fwd": lambda cfg: cfg.fwd_split, "dq": lambda cfg: cfg.dq_split, "dkdv": lambda cfg: cfg.dkdv_split}
     out += [replace(v, split=True) for v in out
             if v.dtype != torch.float32 and not v.long and v.flags in (HASH_CAUSAL, DROP_CAUSAL)
-            and v.kernel in splits and splits[v.kernel](v.cfg) > 1]
+            and v.kernel != "bwd_sanitize" and v.split_shares > 1]
     return list(dict.fromkeys(out))
 
 

@@ -4,6 +4,7 @@ sized by the test (a CPU test's T is small, so its bucket counts and kept featur
 from __future__ import annotations
 
 import contextlib
+import types
 
 import torch
 
@@ -69,25 +70,41 @@ def assert_poisoned_gradient(grad, what: str = "gradient") -> None:
 
 @contextlib.contextmanager
 def recorded_workspaces():
-    """The workspaces the Triton op's split kernels take inside the block (``op.workspace``), as
-    (workspace, counters) pairs, kept alive for the test to read after the launches."""
+    """What the Triton op's split kernels count and store in inside the block, kept alive for
+    the test to read after the launches: ``made.works``, the workspaces they take
+    (``op.workspace``), and ``made.counters``, each call's split counters after its non-finite
+    flags (:func:`split_counters` of ``op._forward``'s, as many as its launches count in)."""
     from tilesparse.backends.triton import op
 
-    made, real = [], op.workspace
+    made = types.SimpleNamespace(works=[], counters=[])
+    real_workspace, real_forward = op.workspace, op._forward
 
-    def recording(device, counters, floats):
-        work = real(device, counters, floats)
-        made.append((work, counters))
+    def workspace(device, floats):
+        work = real_workspace(device, floats)
+        made.works.append(work)
         return work
 
-    op.workspace = recording
+    def forward(q, k, v, g, launches, *args, **kwargs):
+        out = real_forward(q, k, v, g, launches, *args, **kwargs)
+        made.counters.append(split_counters(out[2], launches.counters))
+        return out
+
+    op.workspace, op._forward = workspace, forward
     try:
         yield made
     finally:
-        op.workspace = real
+        op.workspace, op._forward = real_workspace, real_forward
 
 
-def counters_left(made: list) -> bool:
-    """Whether a counter of these recorded workspaces is not back at zero (a split block whose
-    last share did not reset its own)."""
-    return any(work[:counters].view(torch.int32).any() for work, counters in made)
+def split_counters(backward_flag: torch.Tensor, n: int) -> torch.Tensor:
+    """The ``n`` split counters after a call's two non-finite flags (kernels._split_counters),
+    from its backward pass's flag."""
+    whole = torch.empty(0, dtype=torch.int32, device=backward_flag.device).set_(backward_flag.untyped_storage())
+    start = backward_flag.storage_offset() + 1
+    return whole[start : start + n]
+
+
+def counters_left(made) -> bool:
+    """Whether a counter :func:`recorded_workspaces` saw is not back at zero (a split block
+    whose last share did not reset its own)."""
+    return any(c.any() for c in made.counters)

@@ -80,8 +80,9 @@ class PreparedGroup:
     q_support    (B, Hg, T, k) int32 feature ids, original order (FeatureDotScore) or None
     k_support    likewise
     flags        the call's two non-finite flags, (1,) int32 each (the forward pass's, the
-                 backward pass's), zeroed by a build that writes them (Triton's), else None
-                 (the attention step zeroes flags of its own)
+                 backward pass's), zeroed by a build that writes them (Triton's, with a split
+                 counter per batch-head and block of the larger side after them, zeroed too),
+                 else None (the attention step zeroes flags of its own)
     fixed_args   a dict where the group's tensors are views a build keeps and lends again (the
                  Triton build's): the attention backend keeps there what it reads of them once
                  (launch.Fixed blocks), shared by every copy of the kept group; None otherwise

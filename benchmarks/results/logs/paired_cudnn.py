@@ -6,8 +6,9 @@ much as the calls. Here each pair runs one call of the pattern and one of cuDNN 
 shape back to back (the order alternating), each from an idle GPU; per mode the medians of
 both, and the median of the pairs' ratios (ours / cuDNN's), for the host time (the call alone)
 and the synchronized time (the call and a synchronize after it). Modes and inputs are
-call_times.py's (``fwd``, ``fwd_bwd``: decisions given; ``fwd_bwd_decide``: made in the call),
-cuDNN's forward against ``fwd``, its forward+backward against the other two. One process per
+call_times.py's (``fwd``, ``fwd_bwd``: decisions given; ``fwd_bwd_decide``: made in the call;
+``fwd_checked``, ``fwd_bwd_checked``: given as a user's own tensors, their ids checked), cuDNN's
+forward against the forwards, its forward+backward against the others. One process per
 pattern and shape, timing in turns under call_times.py's lock.
 
     python3 paired_cudnn.py --shapes 1x16x16x64x4096 --patterns hash16 --modes fwd,fwd_bwd \\
@@ -75,7 +76,7 @@ def main() -> None:
                 continue
             cudnn = rows[key.split("/")[0] + "/sdpa_cudnn"]
             for mode, fn in fns.items():
-                ref = cudnn["fwd" if mode == "fwd" else "fwd_bwd"]
+                ref = cudnn["fwd_bwd" if "bwd" in mode else "fwd"]
                 rec = {"host": pairs(fn, ref, args.pairs, False), "sync": pairs(fn, ref, args.pairs, True)}
                 out["rows"].setdefault(key, {})[mode] = rec
                 h, s = rec["host"], rec["sync"]

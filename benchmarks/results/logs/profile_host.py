@@ -2,7 +2,8 @@
 (each from an idle device: a synchronize before it, outside the profile window is not possible
 with cProfile, so the synchronize is in it and listed), and the costs of torch's building blocks
 on this host (an empty CUDA tensor, a view, an autograd.Function, a lean launch of a no-op
-kernel) for scale. Usage: profile_host.py OUT_DIR [N]"""
+kernel) for scale. Usage: profile_host.py OUT_DIR [N] [PATTERNS] [SHAPES] (comma-separated; SHAPES as
+BxHxHkvxDxT)"""
 import cProfile, io, json, pstats, sys, time
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from tilesparse.backends.triton.launch import lean  # noqa: E402
 
 out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+NAMES = sys.argv[3].split(",") if len(sys.argv) > 3 else ("dense-triton", "keep0.5", "hash16", "topk8", "perhead", "hybrid")
+SHAPES = ([tuple(int(x) for x in s.split("x")) for s in sys.argv[4].split(",")] if len(sys.argv) > 4
+          else ((1, 16, 16, 64, 4096), (1, 32, 8, 128, 4096)))
 torch.autograd.set_multithreading_enabled(False)
 dev = torch.device("cuda")
 
@@ -66,13 +70,13 @@ print(json.dumps(blocks, indent=1))
 
 B, H, Hkv, D, T = 1, 16, 16, 64, 4096
 report = {"blocks": blocks, "profiles": {}}
-for shape in ((1, 16, 16, 64, 4096), (1, 32, 8, 128, 4096)):
+for shape in SHAPES:
     B, H, Hkv, D, T = shape
     g = torch.Generator(device=dev).manual_seed(0)
     q = torch.randn(B, H, T, D, device=dev, dtype=torch.bfloat16, generator=g).requires_grad_(True)
     k, v = (torch.randn(B, Hkv, T, D, device=dev, dtype=torch.bfloat16, generator=g).requires_grad_(True) for _ in range(2))
     go = torch.randn_like(q)
-    for name in ("dense-triton", "keep0.5", "hash16", "topk8", "perhead", "hybrid"):
+    for name in NAMES:
         attn = ts.compile(ph.PATTERNS[name], causal=True, backend="triton")
         dec = attn.decide(q, k)
         given = ts.Decisions(**{n: None if t is None else t.clone() for n, t in dec.items()})

@@ -37,6 +37,8 @@ _SCALAR_KINDS = {
     "bool": st.booleans(),
     "none": st.none(),
 }
+# the last scalar only: a poison (aligned or not) or None in its place
+_POISON = st.sampled_from([None, 0, 0, 1]).map(lambda offset: None if offset is None else _cuda(1, torch.float32, offset))
 
 
 @st.composite
@@ -47,6 +49,7 @@ def _calls(draw):
     dtypes = draw(st.lists(st.sampled_from([torch.float32, torch.bfloat16, torch.int32]), max_size=3))
     n_block = draw(st.integers(0, 3))
     kinds = draw(st.lists(st.sampled_from(list(_SCALAR_KINDS)), max_size=4))
+    poisoned = draw(st.booleans())
     blocks = [Fixed([_cuda(8, torch.int32) for _ in range(n_block)]) for _ in range(2)] if n_block else [None]
     calls = []
     for _ in range(3):
@@ -54,7 +57,7 @@ def _calls(draw):
         retyped = [torch.float16, *dtypes[1:]] if dtypes and draw(st.booleans()) else dtypes
         tensors = tuple(_cuda(8, d, o) for d, o in zip(retyped, offsets, strict=True))
         block = draw(st.sampled_from(blocks))
-        scalars = tuple(draw(_SCALAR_KINDS[k]) for k in kinds)
+        scalars = tuple(draw(_SCALAR_KINDS[k]) for k in kinds) + ((draw(_POISON),) if poisoned else ())
         calls.append((tensors, () if block is None else (block,), scalars))
     return len(dtypes), n_block, calls
 
@@ -131,16 +134,37 @@ def test_what_a_site_does_not_key_takes_the_general_launch():
     assert fn2.log[0][2] == (x, a, b, 5)
 
 
-def test_a_tensor_among_the_scalars_is_launched_never_kept():
+def test_a_poison_as_the_last_scalar_is_kept_by_its_dtype_and_passed_as_its_address():
+    """The forward's poison (a 0-d tensor, the last scalar, None on calls without one): one
+    entry for a poison of any address, one for None, no type error between them; its address
+    reaches the launcher as the general launch hands it over."""
     fn, site = _site(n_scalars=2)
     x, block = _cuda(8, torch.float32), Fixed([_cuda(8, torch.int32)])
-    poison = _cuda(1, torch.float32)
-    for _ in range(3):
-        site((x,), (block,), (5, poison))
-    assert site.entries == {}
-    assert fn.log[-1][0] == "lean" and fn.log[-1][1][-3] == poison.data_ptr()
+    general = []
+    launch = site.kernel.launch
+    site.kernel.launch = lambda *args, **kw: general.append(args[1]) or launch(*args, **kw)
+    poisons = [_cuda(1, torch.float32) for _ in range(3)]
+    for p in poisons:
+        site((x,), (block,), (5, p))
+    assert len(site.entries) == 1 and len(general) == 1  # the first a miss, then hits
+    assert [e[0] for e in fn.log] == ["normal", "lean", "lean"]
+    assert fn.log[0][2][-1] is poisons[0]
+    assert [e[1][-3] for e in fn.log[1:]] == [p.data_ptr() for p in poisons[1:]]
     site((x,), (block,), (5, None))
-    assert len(site.entries) == 1
+    site((x,), (block,), (5, None))
+    assert len(site.entries) == 2 and len(general) == 2
+    site((x,), (block,), (5, _cuda(1, torch.float32, 1)))  # an unaligned poison: the general launch
+    assert len(general) == 3 and len(site.entries) == 2
+
+
+def test_a_tensor_among_the_scalars_but_the_last_is_launched_never_kept():
+    fn, site = _site(n_scalars=2)
+    x, block = _cuda(8, torch.float32), Fixed([_cuda(8, torch.int32)])
+    t = _cuda(1, torch.float32)
+    for _ in range(3):
+        site((x,), (block,), (t, 5))
+    assert site.entries == {}
+    assert fn.log[-1][0] == "lean" and fn.log[-1][1][-4] == t.data_ptr()
 
 
 def test_scalars_that_change_types_are_a_clear_error():

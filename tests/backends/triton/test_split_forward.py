@@ -23,7 +23,7 @@ from tilesparse.backends.triton import op
 from tilesparse.backends.triton.nonfinite import sanitize_in_pairs
 from tilesparse.backends.triton.op import Launches, override_config, tile_config
 
-from builtin_specs import counters_left, given_decisions, one_of_each_kind, recorded_workspaces
+from builtin_specs import counters_left, given_decisions, one_of_each_kind, recorded_workspaces, split_counters
 
 SPECS = one_of_each_kind(keep=0.6, buckets=3, k=4)
 
@@ -69,18 +69,18 @@ def test_a_split_forward_gives_the_unsplit_results(name, causal):
 
 def test_blocks_of_several_shares_are_merged_and_their_counters_left_at_zero():
     """A dense causal call of 200 tokens: the last query blocks span 4 windows of 2 tiles; their
-    shares' slots hold what they stored, every counter is back at zero after the launch (each
-    launch takes a new workspace, its counters zeroed), and a second call gives the same output
+    shares' slots hold what they stored, every counter is back at zero after the launch (they
+    follow the call's flags, which the build zeroed), and a second call gives the same output
     bit for bit."""
     g = torch.Generator().manual_seed(2)
     q, k, v = (torch.randn((1, 2, 200, 16), generator=g) for _ in range(3))
     attn = ts.compile(ts.Dense(), causal=True, backend="triton")
     with split(), recorded_workspaces() as made:
         first = attn(q, k, v)
-        ((work, counters),) = made
-        assert counters == 2 * 7  # (batch x heads) x query blocks of 32
+        (work,), (counters,) = made.works, made.counters
+        assert counters.numel() == 2 * 7  # (batch x heads) x blocks of 32 of the larger side
         assert not counters_left(made), "a counter was left set"
-        assert work[32:].abs().sum() > 0, "no share stored a slot: nothing was split"
+        assert work.abs().sum() > 0, "no share stored a slot: nothing was split"
         again = attn(q, k, v)
     assert torch.equal(first, again)
     torch.testing.assert_close(first, attn.reference(q, k, v), atol=2e-5, rtol=2e-5)
@@ -101,9 +101,10 @@ def test_the_launch_splits_only_short_calls_and_only_the_triton_kernel():
         assert dq.grid == (2 * n_qb, 4) and dq.constants["SPLIT"] == 2
         assert dkdv.grid == (5 * n_kb, 4) and dkdv.constants["SPLIT"] == 5
         blocks, k_blocks = 4 * n_qb, 4 * n_kb
-        assert fwd.work == (blocks, 32 + blocks * 3 * cfg.block_q * (16 + 2))
-        assert dq.work == (blocks, 32 + blocks * 2 * cfg.block_q * (16 + 2))
-        assert dkdv.work == (k_blocks, 32 + k_blocks * 5 * 2 * cfg.block_k * 16)
+        assert fwd.work == blocks * 3 * cfg.block_q * (16 + 2)
+        assert dq.work == blocks * 2 * cfg.block_q * (16 + 2)
+        assert dkdv.work == k_blocks * 5 * 2 * cfg.block_k * 16
+        assert launches.counters == max(blocks, k_blocks)
         for unsplit, n in zip(launches.unsplit, (n_qb, n_qb, n_kb), strict=True):  # unsplit_blocks()'s
             assert unsplit.grid == (n, 4) and "SPLIT" not in unsplit.constants and unsplit.work is None
     with override_config(fwd_split=3, dq_split=2, split_programs=4 * n_qb):
@@ -277,3 +278,44 @@ def test_the_default_splits_only_groups_that_fuse_dense_heads(monkeypatch):
             assert [launch.work is not None for launch in (made[0].fwd, *made[0].backward)] == [splits] * 3
             want = attn.reference(q, k, v, decisions=dec)
             torch.testing.assert_close(got[0], want, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["qkdrop", "hash"])
+def test_the_build_zeroes_the_split_counters_after_its_flags(name, monkeypatch):
+    """The Triton build's index buffer ends with the split counters, one per batch-head and
+    block of the larger side, after the two non-finite flags; its launch zeroes them in a buffer
+    that held garbage. A split forward+backward on that group, and on the group without flags
+    of its own (the op's flags then come with counters: ``nonfinite.new_flags``), gives the
+    unsplit results and leaves the counters zero."""
+    from tilesparse.backends import buffers
+
+    real = buffers.BufferPool._new
+
+    def garbage(self, stream):
+        entry = real(self, stream)
+        entry[0].fill_(7)
+        return entry
+
+    monkeypatch.setattr(buffers.BufferPool, "_new", garbage)
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn((1, 4, 200, 16), generator=gen, requires_grad=True)  # Tq = Tk: Triton's build
+    k, v = (torch.randn((1, 2, 200, 16), generator=gen, requires_grad=True) for _ in range(2))
+    go = torch.randn((1, 4, 200, 16), generator=gen)
+    attn = ts.compile(SPECS[name], causal=True, backend="triton")
+    (g,) = attn.prepare(q, k, v, decisions=given_decisions(attn, q, k)).groups
+    counters = split_counters(g.flags[1], 4 * max(g.q_ranges.shape[2], g.k_ranges.shape[2]))
+    assert not counters.any(), "the build left counters unzeroed"
+
+    def run(group):
+        out = op.sparse_attention(q, k, v, group, 0.25, tile_config(16, q.dtype, q.device))
+        return (out, *torch.autograd.grad(out, (q, k, v), go))
+
+    want = run(g)
+    with split(3), recorded_workspaces() as made:
+        got, bare = run(g), run(replace(g, flags=None))
+    assert len(made.works) == 6, "not every launch split"
+    assert not counters.any() and not counters_left(made)
+    assert made.counters[1].numel() == counters.numel()  # new_flags' own, as many
+    for a, b, c, what in zip(got, bare, want, ("out", "dq", "dk", "dv"), strict=True):
+        torch.testing.assert_close(a, c, atol=2e-6, rtol=2e-6, msg=what)
+        assert torch.equal(a, b), what

@@ -365,11 +365,13 @@ def _build_sides(Q_SKEY, Q_ORDER, K_SKEY, K_ORDER,
     """Both sides' :func:`_build_side` in one launch: programs (block, batch x head, side); a
     program past its side's blocks has nothing to do (the sides' block counts differ). The
     first program also zeroes the call's two non-finite flags (nonfinite.py), which the
-    attention kernels launched after it set."""
+    attention kernels launched after it set, and each program the split counter of its block
+    after them (one per batch-head and block of the larger side: kernels._split_counters)."""
     pid = tl.program_id(0)
     if (pid == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
         tl.store(FLAGS + tl.arange(0, 2), tl.zeros([2], dtype=tl.int32))
-    if tl.program_id(2) == 0:
+    if tl.program_id(2) == 0:  # the grid's first axis: the larger side's blocks
+        tl.store(FLAGS + 2 + tl.program_id(1).to(tl.int64) * tl.num_programs(0) + pid, 0)
         if pid < nb_q:
             _build_side(Q_SKEY, Q_ORDER, K_SKEY, Q_ORDER_OUT, Q_POS_OUT, Q_BKT_OUT, Q_RANGES, Q_NSEG,
                         seqlen, nb_q, big, n_steps, Q_SENTINEL, Q_DROPPED, BLOCK_Q, SEG_Q, True,
@@ -408,12 +410,13 @@ class _Static:
     # per side: (blocks, rows per block, segment slots, sentinel, dropped bucket)
     sides: tuple[tuple[int, int, int, int, int], tuple[int, int, int, int, int]]
     # int32 elements of the one buffer every index tensor is a view of (keys unless identity,
-    # then per side order, pos, bucket, ranges, nseg, then the two non-finite flags), each view
-    # starting 16-byte aligned (the backward pass's flag aside: 4 bytes after the forward's)
+    # then per side order, pos, bucket, ranges, nseg, then the two non-finite flags and the
+    # split counters after them), each view starting 16-byte aligned (the backward pass's flag
+    # aside: 4 bytes after the forward's)
     total: int
     # (shape, strides, offset) of each view, in that order: the sort's scratch (keys, counts,
     # then per side its sorted keys and order) unless identity, then per side the five outputs,
-    # then the flags (both, the forward pass's, the backward pass's)
+    # then the flags (both with the split counters, the forward pass's, the backward pass's)
     views: tuple = ()
 
 
@@ -504,7 +507,7 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
         S = max_segments(block, group.buckets)
         sides.append((nb, block, S, sentinel, dropped))
         total += 3 * _aligned(B * Hg * T) + _aligned(B * Hg * nb * S * 4) + _aligned(B * Hg * nb)
-    total += _aligned(2)  # the non-finite flags
+    total += _aligned(2 + _counters(B, Hg, sides))  # the non-finite flags, then the split counters
     fused_scan = triton.next_power_of_2(n_chunks) * cat_pad <= _FUSED_SCAN
     views, used = _views(identity, B, Hg, T, n_chunks, cat_pad, sides)
     assert used == total, f"index views end at {used}, the buffer holds {total}"
@@ -528,6 +531,13 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
         total=total,
         views=views,
     )
+
+
+def _counters(B: int, Hg: int, sides) -> int:
+    """The split counters after the flags: one per batch-head and block of the larger side
+    (kernels._split_counters; the counters of blocks of either side of a split attention kernel
+    are among them, and the build zeroes each in its block's program)."""
+    return B * Hg * max(nb for nb, *_ in sides)
 
 
 def _views(identity: bool, B: int, Hg: int, T: int, n_chunks: int, cat_pad: int, sides) -> tuple:
@@ -560,7 +570,9 @@ def _views(identity: bool, B: int, Hg: int, T: int, n_chunks: int, cat_pad: int,
         take(B, Hg, nb, S, 4)
         take(B, Hg, nb)
     flags = used
-    take(2)  # the non-finite flags: both, then the forward pass's and the backward pass's
+    # the non-finite flags with the split counters after them, then the forward pass's flag
+    # and the backward pass's
+    take(2 + _counters(B, Hg, sides))
     take(1, at=flags)
     take(1, at=flags + 1)
     return tuple(out), used

@@ -335,21 +335,29 @@ def _clipped(lo, f0, f1, hi, w_lo, w_hi):
 
 
 @triton.jit
-def _share_slot(WORK, pid_bh, n_blocks, block, SIZE: tl.constexpr, SPLIT: tl.constexpr):
-    """The block's counter (int32) and its first share's slot in WORK: the counters, one per
-    (batch-head, block), rounded up to 32 floats, then SPLIT slots a block of SIZE floats (the
-    forward's and dQ's: a BLOCK_M x BLOCK_D tile, then two rows; dK/dV's: two BLOCK_N x BLOCK_D
-    tiles)."""
-    counter = WORK.to(tl.pointer_type(tl.int32), bitcast=True) + pid_bh.to(tl.int64) * n_blocks + block
-    n_counters = tl.num_programs(1).to(tl.int64) * n_blocks
-    return counter, WORK + tl.cdiv(n_counters, 32) * 32 + (pid_bh.to(tl.int64) * n_blocks + block) * (SPLIT * SIZE)
+def _split_counters(NONFINITE, FORWARD: tl.constexpr):
+    """The split blocks' counters, int32, one per (batch-head, block) of the larger side: they
+    follow the call's two non-finite flags in their buffer (``PreparedGroup.flags``,
+    ``nonfinite.new_flags``), the forward's flag (``FORWARD``) first, then the backward's."""
+    return NONFINITE + (2 if FORWARD else 1)
+
+
+@triton.jit
+def _share_slot(WORK, COUNTERS, pid_bh, n_blocks, block, SIZE: tl.constexpr, SPLIT: tl.constexpr):
+    """The block's counter (int32, in COUNTERS: :func:`_split_counters`) and its first share's
+    slot in WORK: SPLIT slots a block of SIZE floats (the forward's and dQ's: a BLOCK_M x BLOCK_D
+    tile, then two rows; dK/dV's: two BLOCK_N x BLOCK_D tiles)."""
+    # the counter's index in int32 (a split launch has at most split_programs blocks), the slot's
+    # in int64 (its offset is SPLIT * SIZE times larger)
+    counter = COUNTERS + (pid_bh * n_blocks + block)
+    return counter, WORK + (pid_bh.to(tl.int64) * n_blocks + block) * (SPLIT * SIZE)
 
 
 @triton.jit
 def _arrived_last(counter, shares):
     """Count this share in at its block's counter, after its stores; whether it is the block's
-    last share (which then sets the counter back to zero: a workspace comes zeroed from the op
-    each launch, and is left so)."""
+    last share (which then sets the counter back to zero: the counters are zero before every
+    launch, as the build or the op made them, and every launch leaves them so)."""
     tl.debug_barrier()  # every thread's stores before the release below
     last = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == shares - 1
     if last:
@@ -358,7 +366,7 @@ def _arrived_last(counter, shares):
 
 
 @triton.jit
-def _merged_shares(acc, l_i, m_i, WORK, pid_bh, n_blocks, block, share, shares, offs_d,
+def _merged_shares(acc, l_i, m_i, WORK, COUNTERS, pid_bh, n_blocks, block, share, shares, offs_d,
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, SPLIT: tl.constexpr):
     """A split forward block's share: stores its unnormalised output, running max and sum to
     its slot (:func:`_share_slot`) and counts itself in (:func:`_arrived_last`). The block's
@@ -366,7 +374,7 @@ def _merged_shares(acc, l_i, m_i, WORK, pid_bh, n_blocks, block, share, shares, 
     online softmax's step, so the result does not depend on which share came last) and
     returns (True, acc, l, m); every other share returns (False, ...) and stores nothing more."""
     size: tl.constexpr = BLOCK_M * (BLOCK_D + 2)
-    counter, first_slot = _share_slot(WORK, pid_bh, n_blocks, block, size, SPLIT)
+    counter, first_slot = _share_slot(WORK, COUNTERS, pid_bh, n_blocks, block, size, SPLIT)
     offs_r = tl.arange(0, BLOCK_M)
     tile = offs_r[:, None] * BLOCK_D + offs_d[None, :]
     slot = first_slot + share * size
@@ -393,13 +401,13 @@ def _merged_shares(acc, l_i, m_i, WORK, pid_bh, n_blocks, block, share, shares, 
 
 
 @triton.jit
-def _summed_shares(x, y, WORK, pid_bh, n_blocks, block, share, shares, offs_d, ROWS: tl.constexpr,
+def _summed_shares(x, y, WORK, COUNTERS, pid_bh, n_blocks, block, share, shares, offs_d, ROWS: tl.constexpr,
                    BLOCK_D: tl.constexpr, SPLIT: tl.constexpr, SIZE: tl.constexpr, PAIR: tl.constexpr):
     """A split dQ block's share (``x``; ``y`` not read) or, with PAIR, a split dK/dV block's
     (``x``, ``y``: dK's tile, then dV's, in a slot): stores its partial tiles of ROWS x BLOCK_D
     to its slot of SIZE floats and counts itself in; the block's last share returns (True, the
     shares' sums in share order), every other (False, x, y)."""
-    counter, first_slot = _share_slot(WORK, pid_bh, n_blocks, block, SIZE, SPLIT)
+    counter, first_slot = _share_slot(WORK, COUNTERS, pid_bh, n_blocks, block, SIZE, SPLIT)
     tile = tl.arange(0, ROWS)[:, None] * BLOCK_D + offs_d[None, :]
     slot = first_slot + share * SIZE
     tl.store(slot + tile, x)
@@ -482,8 +490,8 @@ def _attn_fwd(Q, K, V, O, LSE, WORK,
                                             BLOCK_N, True, CAUSAL, STRICT, SAME_BUCKET, NOT_SELF, PRECISION, SANITIZE)
     if SPLIT > 1:
         if shares > 1:
-            last, acc, l_i, m_i = _merged_shares(acc, l_i, m_i, WORK, pid_bh, n_blocks, pid_m, share, shares, offs_d,
-                                                 BLOCK_M, BLOCK_D, SPLIT)
+            last, acc, l_i, m_i = _merged_shares(acc, l_i, m_i, WORK, _split_counters(NONFINITE, True), pid_bh,
+                                                 n_blocks, pid_m, share, shares, offs_d, BLOCK_M, BLOCK_D, SPLIT)
             if not last:
                 return  # the block's last share stores it
 
@@ -650,8 +658,8 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, LSE, DELTA, WORK,
                                           PRECISION, DP_FIRST, SANITIZE)
     if SPLIT > 1:
         if shares > 1:
-            last, dk, dv = _summed_shares(dk, dv, WORK, pid_bh, n_blocks, pid_n, share, shares, offs_d, BLOCK_N,
-                                          BLOCK_D, SPLIT, 2 * BLOCK_N * BLOCK_D, True)
+            last, dk, dv = _summed_shares(dk, dv, WORK, _split_counters(NONFINITE, False), pid_bh, n_blocks, pid_n,
+                                          share, shares, offs_d, BLOCK_N, BLOCK_D, SPLIT, 2 * BLOCK_N * BLOCK_D, True)
             if not last:
                 return  # the block's last share stores them
 
@@ -777,8 +785,8 @@ def _attn_bwd_dq(Q, K, V, O, DO, DQ, LSE, DELTA, WORK,
     if SPLIT > 1:
         if shares > 1:
             # a slot as the forward's (kernels._share_slot, op.Launches._work)
-            last, dq, _ = _summed_shares(dq, dq, WORK, pid_bh, n_blocks, pid_m, share, shares, offs_d, BLOCK_M,
-                                         BLOCK_D, SPLIT, BLOCK_M * (BLOCK_D + 2), False)
+            last, dq, _ = _summed_shares(dq, dq, WORK, _split_counters(NONFINITE, False), pid_bh, n_blocks, pid_m,
+                                         share, shares, offs_d, BLOCK_M, BLOCK_D, SPLIT, BLOCK_M * (BLOCK_D + 2), False)
             if not last:
                 return  # the block's last share stores it
 

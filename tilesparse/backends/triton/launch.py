@@ -418,10 +418,12 @@ class Site:
     current device, the tensors' dtypes, the block's key and the scalars themselves (finer
     than Triton's: each value is its own entry), and the tensors' 16-byte alignment is
     checked, not keyed: a call with an unaligned or non-CUDA tensor, a ``rest`` that is not
-    one block (:func:`inline_fixed`), a tensor among the scalars (a poison, passed on some
-    calls only), the lean path off (:meth:`LeanKernel.lean_now`) or :func:`keyed_launches`
-    takes the kernel's general launch, which keys every argument. A miss launches through the
-    kernel too and keeps the entry it used.
+    one block (:func:`inline_fixed`), a tensor among the scalars but the last, the lean path
+    off (:meth:`LeanKernel.lean_now`) or :func:`keyed_launches` takes the kernel's general
+    launch, which keys every argument. A miss launches through the kernel too and keeps the
+    entry it used. The last scalar may be a tensor (the forward's poison, passed on calls whose
+    given ids are checked, None on others): keyed by its dtype and passed as its address, its
+    alignment and device checked as the tensors'.
 
     The scalars must keep their types position by position (ints stay ints, bools bools: an
     int 1 and True are one key): a miss checks them against the first miss's and raises.
@@ -462,7 +464,16 @@ class Site:
                 return None
         dtypes, addresses = reading
         device = kernel._device()
-        key = (device, dtypes, block_key, tuple(map(_scalar_key, scalars)) if self.varying else scalars)
+        run = keyed = scalars
+        if scalars and isinstance(scalars[-1], Tensor):  # a poison, the last scalar: passed as its address
+            poison = scalars[-1]
+            address = poison.data_ptr()
+            if address & 15 or not poison.is_cuda:
+                self._general(tensors, rest, scalars)
+                return reading
+            run = (*scalars[:-1], address)
+            keyed = (*scalars[:-1], poison.dtype)
+        key = (device, dtypes, block_key, tuple(map(_scalar_key, keyed)) if self.varying else keyed)
         hit = self.entries.get(key)
         if hit is None:
             self._miss(key, tensors, rest, scalars)
@@ -470,7 +481,7 @@ class Site:
         kernel.hits += 1
         go, function, head, tail = hit
         g0, g1, g2 = self.grid
-        go(g0, g1, g2, kernel._stream(device), function, *head, *addresses, *block_addresses, *scalars, *tail)
+        go(g0, g1, g2, kernel._stream(device), function, *head, *addresses, *block_addresses, *run, *tail)
         return reading
 
     def _general(self, tensors: tuple, rest: tuple, scalars: tuple) -> None:
@@ -480,9 +491,10 @@ class Site:
 
     def _miss(self, key: tuple, tensors: tuple, rest: tuple, scalars: tuple) -> None:
         entry = self.kernel.launch(self.grid, (*tensors, *rest, *scalars), self.constants)
-        if any(isinstance(s, Tensor) for s in scalars):
-            return  # a poison among the scalars: launched, not kept
-        types = tuple(map(type, scalars))
+        if any(isinstance(s, Tensor) for s in scalars[:-1]):
+            return  # a tensor among the scalars but the last: launched, not kept
+        # a poison (the last scalar) or None in its place: one type, an optional pointer
+        types = tuple(Tensor if s is None or isinstance(s, Tensor) else type(s) for s in scalars)
         if self.types is None:
             self.types = types
         elif types != self.types:

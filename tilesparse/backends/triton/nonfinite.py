@@ -53,14 +53,17 @@ _PAIRED = [False]  # sanitize_in_pairs() in force
 _MERGED = [False]  # merged_sanitize() in force
 
 
-def new_flags(device: torch.device) -> tuple[Tensor, Tensor]:
+def new_flags(device: torch.device, counters: int = 0) -> tuple[Tensor, Tensor]:
     """Zeroed int32 flags on ``device`` for a call's two passes, the forward's and the
-    backward's (dQ then dK/dV): one allocation and one fill, for a group whose build wrote no
-    flags of its own (``PreparedGroup.flags``: Triton's build zeroes two in its index buffer,
-    in its last launch). Launch arguments, never read on the host (graph-capturable). A second
-    backward of one call (``retain_graph``) finds the backward's flag as the first left it:
-    set, its sanitizing variants compute again, exactly, only slower."""
-    return torch.zeros(2, dtype=torch.int32, device=device).unbind()
+    backward's (dQ then dK/dV), followed by ``counters`` zeroed split counters (the split
+    attention kernels count their blocks' shares there: kernels._split_counters, and leave
+    them zero): one allocation and one fill, for a group whose build wrote no flags of its own
+    (``PreparedGroup.flags``: Triton's build zeroes two in its index buffer, in its last launch,
+    its counters after them). Launch arguments, never read on the host (graph-capturable). A
+    second backward of one call (``retain_graph``) finds the backward's flag as the first left
+    it: set, its sanitizing variants compute again, exactly, only slower."""
+    flags = torch.zeros(2 + counters, dtype=torch.int32, device=device)
+    return (flags[:2] if counters else flags).unbind()
 
 
 def sanitize_in_pairs():

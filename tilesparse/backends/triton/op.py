@@ -25,7 +25,7 @@ from ..first_order import first_order_only
 from ..switch import switched_on
 from . import kernels
 from .gqa import sum_into_kv_heads
-from .launch import Site, cdiv, kept_args, lean, read
+from .launch import Site, kept_args, lean, read
 from .nonfinite import LOCAL_MAX_KEYS, launch_pair, merged_sanitize_on, new_flags
 
 __all__ = [
@@ -167,10 +167,13 @@ def tile_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> Tile
         # The forward and dQ split in 4 where dense heads are fused with sparse ones (run 209,
         # ab_split_run209_h100.json, kernels at B=1, H=16, T=4,096: PerHead(dense_heads=[0],
         # rest=Hash(16)) 393 -> 307 µs a forward+backward; split everywhere, every other pattern
-        # 20-36% slower), on calls of at most 1,024 query blocks (16k's 3,072 not measured split)
+        # 20-36% slower), on calls of at most 1,024 query blocks (16k's 3,072 not measured split);
+        # dK/dV's key blocks split in 4 there too (run 210, ab_split_run210_h100.json, the same
+        # kernels: 306 -> 257 µs with the forward and dQ split; call by call -31 µs [-40.4, -25.0]
+        # a synchronized forward+backward, ab_calls_split_dkdv_perhead_run210b_h100.json)
         cfg = TileConfig(128, 64, 64, 64, 32, fwd_warps=4, fwd_stages=3, bwd_warps=4, bwd_stages=3, single_loop=1,
                          long_segment_rows=2048 if head_dim > 32 else 0, ws_dkdv=1024 if head_dim == 64 else 0,
-                         heavy_first=1, fwd_split=4, dq_split=4, split_programs=1024)
+                         heavy_first=1, fwd_split=4, dq_split=4, dkdv_split=4, split_programs=1024)
     elif head_dim <= 128:
         # 4 warps everywhere, 64-wide forward tiles and 64x64 dK/dV tiles: forward+backward
         # kernels 2x faster than 8 warps with 32-wide tiles (sweep_kernels_h200.json)
@@ -306,14 +309,14 @@ class Launch:
     kernel's launch that stands in for the unchanged variant (None: the Triton kernel), called
     as a :class:`~.launch.Site` is (its Gluon module's ``site``); ``local``: the kernel sanitizes
     in the same launch (nonfinite.py: the forward at D <= 64 on short calls); ``work``: the
-    sizes of a split kernel's workspace (:func:`workspace`; None: unsplit)."""
+    floats of a split kernel's workspace (:func:`workspace`; None: unsplit)."""
 
     grid: tuple[int, ...]
     scalars: tuple
     constants: dict
     unchanged: Callable | None
     local: bool = False
-    work: tuple[int, int] | None = None  # a split kernel's workspace: (counters, floats in all)
+    work: int | None = None  # a split kernel's workspace, in floats
     sites: dict = field(default_factory=dict, compare=False, repr=False)
 
     def site(self, kernel, flag: str | None = None) -> Site:
@@ -374,6 +377,9 @@ class Launches:
             local=unchanged is None and D <= 64 and Tk <= LOCAL_MAX_KEYS, work=self._work(split),
         )  # fmt: skip
         self.backward = self._backward(q, g)
+        # the split blocks' counters the flags must be followed by (kernels._split_counters;
+        # the Triton build reserves them for every block, nonfinite.new_flags where asked)
+        self.counters = max(self.q_blocks, self.k_blocks) if any(x.work for x in (self.fwd, *self.backward)) else 0
 
     def _shares(self, shares: int, triton_kernel: bool, blocks: int) -> int:
         """:func:`_split` of a kernel configured for ``shares`` in this group on this call of
@@ -382,16 +388,16 @@ class Launches:
         cfg = self.cfg
         return _split(shares, cfg, blocks, triton_kernel and (self.mixed or cfg.split_all > 0))
 
-    def _work(self, split: int, keys: bool = False) -> tuple[int, int] | None:
-        """The workspace of a launch whose blocks split into ``split`` shares (None: 1): a
-        counter a block, rounded up to 32 floats, then a slot a share (kernels._share_slot): the
-        forward's and dQ's query blocks a tile and two rows, dK/dV's key blocks (``keys``) two
-        tiles."""
+    def _work(self, split: int, keys: bool = False) -> int | None:
+        """The workspace of a launch whose blocks split into ``split`` shares (None: 1), in
+        floats: a slot a share (kernels._share_slot), the forward's and dQ's query blocks a tile
+        and two rows, dK/dV's key blocks (``keys``) two tiles. The blocks' counters follow the
+        call's flags (kernels._split_counters)."""
         if split == 1:
             return None
         d = self.common["BLOCK_D"]
         blocks, slot = (self.k_blocks, 2 * self.cfg.block_k * d) if keys else (self.q_blocks, self.cfg.block_q * (d + 2))
-        return blocks, cdiv(blocks, 32) * 32 + blocks * split * slot
+        return blocks * split * slot
 
     @functools.cached_property
     def unsplit(self) -> tuple[Launch, Launch, Launch]:
@@ -519,9 +525,13 @@ def launch_fwd(
 ) -> None:
     """The forward kernel's launch pair (nonfinite.py): O (B, Hg, Tq, D) and LSE (B, Hg, Tq)
     of group ``g``; ``nonfinite``: the pass's zeroed flag (a new one when not given)."""
+    launches = Launches(q, k, v, g, scale, cfg)
     if nonfinite is None:
-        nonfinite = new_flags(q.device)[0]
-    _launch_fwd(q, k, v, o, lse, g, Launches(q, k, v, g, scale, cfg).fwd, nonfinite)
+        nonfinite = new_flags(q.device, launches.counters)[0]
+    elif launches.fwd.work is not None:
+        raise ValueError("nonfinite: a split forward counts its blocks in the counters after the call's flags "
+                         "(nonfinite.new_flags); pass None for flags of its own")
+    _launch_fwd(q, k, v, o, lse, g, launches.fwd, nonfinite)
 
 
 def _launch_fwd(
@@ -617,17 +627,16 @@ def _in_force(launches: Launches, i: int) -> Launch:
 def _work_tensor(launch: Launch, unread: Tensor) -> Tensor:
     """The workspace ``launch`` takes: a new one where it splits, else ``unread`` (any tensor:
     an unsplit kernel does not read it)."""
-    return unread if launch.work is None else workspace(unread.device, *launch.work)
+    return unread if launch.work is None else workspace(unread.device, launch.work)
 
 
-def workspace(device: torch.device, counters: int, floats: int) -> Tensor:
-    """A split kernel's fp32 workspace on ``device``, a new one a launch: ``counters`` int32
-    counters, zeroed (one fill), then its shares' slots, ``floats`` in all. Not kept from call to
-    call: a kept one would be a live allocation that torch.compile's CUDA graphs refuse when its
-    warm-up made it, and shared between streams or captured graphs it would need their order."""
-    work = torch.empty(floats, dtype=torch.float32, device=device)
-    work[:counters].zero_()
-    return work
+def workspace(device: torch.device, floats: int) -> Tensor:
+    """A split kernel's fp32 workspace on ``device``, its shares' slots, a new one a launch
+    (written before it is read: no fill). Not kept from call to call: a kept one would be a live
+    allocation that torch.compile's CUDA graphs refuse when its warm-up made it, and shared
+    between streams or captured graphs it would need their order. The blocks' counters, which
+    must be zero, follow the call's flags (kernels._split_counters), which a call has anyway."""
+    return torch.empty(floats, dtype=torch.float32, device=device)
 
 
 def _forward(
@@ -644,8 +653,9 @@ def _forward(
         lse, delta = torch.empty((2, B, Hg, T), dtype=torch.float32, device=q.device).unbind()
     else:
         lse, delta = torch.empty((B, Hg, T), dtype=torch.float32, device=q.device), None
-    # zeroed by the group's build where it wrote them, else a fill of their own
-    forward_flag, backward_flag = g.flags or new_flags(q.device)
+    # zeroed by the group's build where it wrote them (its split counters after them), else a
+    # fill of their own
+    forward_flag, backward_flag = g.flags or new_flags(q.device, launches.counters)
     _launch_fwd(q, k, v, o, lse, g, _in_force(launches, 0), forward_flag, poison)
     return o, lse, backward_flag, delta
 

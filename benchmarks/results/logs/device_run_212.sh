@@ -2,7 +2,10 @@
 # The split counters after the call's flags (zeroed by the index build, or by new_flags' one fill; no fill per split
 # launch) and the forward's poison launched through its site (no general launch on calls with checked ids):
 # (1) the GPU tests of the splits, graph capture, dense heads, lean launches and NaN containment;
-# (2) the tree before these two changes (ab212_old/: HEAD with dkdv_split=4) against this one, one process each:
+# (2) the tree before these two changes against this one, one process each; make it first (not committed):
+#   mkdir -p ab212_old && git archive 8854504 tilesparse | tar -x -C ab212_old && sed -i \
+#     's/fwd_split=4, dq_split=4, split_programs/fwd_split=4, dq_split=4, dkdv_split=4, split_programs/' \
+#     ab212_old/tilesparse/backends/triton/op.py
 # PerHead and Hash(16) paired with cuDNN call by call, decisions given trusted and checked
 source benchmarks/results/logs/device_prelude.sh; mkdir -p $R /tmp/pc212
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q H200 && echo h200 || echo h100)

@@ -114,15 +114,15 @@ SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort, "bound-decide":
 ENABLES = {"merged-sanitize": merged_sanitize}
 
 
+_HELD: list = []  # configured()'s contexts: a collected one would restore the configuration
+
+
 def configured(text: str | None) -> None:
     """``--config``: TileConfig fields (a JSON object, as ``'{"dkdv_split": 4}'``) in force for
     the rest of the process: a configuration not taken by default, timed with its --ab switch."""
     if text:
-        _HELD.append(override_config(**json.loads(text)))  # held: a collected one would restore the config
+        _HELD.append(override_config(**json.loads(text)))
         _HELD[-1].__enter__()
-
-
-_HELD: list = []
 
 
 def ab_arms(name: str | None):

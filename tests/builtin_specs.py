@@ -73,7 +73,7 @@ def recorded_workspaces():
     """What the Triton op's split kernels count and store in inside the block, kept alive for
     the test to read after the launches: ``made.works``, the workspaces they take
     (``op.workspace``), and ``made.counters``, each call's split counters after its non-finite
-    flags (:func:`split_counters` of ``op._forward``'s, as many as its launches count in)."""
+    flags (:func:`counters_after_flags` of ``op._forward``'s, as many as its launches count in)."""
     from tilesparse.backends.triton import op
 
     made = types.SimpleNamespace(works=[], counters=[])
@@ -86,7 +86,7 @@ def recorded_workspaces():
 
     def forward(q, k, v, g, launches, *args, **kwargs):
         out = real_forward(q, k, v, g, launches, *args, **kwargs)
-        made.counters.append(split_counters(out[2], launches.counters))
+        made.counters.append(counters_after_flags(out[2], launches.counters))
         return out
 
     op.workspace, op._forward = workspace, forward
@@ -96,7 +96,7 @@ def recorded_workspaces():
         op.workspace, op._forward = real_workspace, real_forward
 
 
-def split_counters(backward_flag: torch.Tensor, n: int) -> torch.Tensor:
+def counters_after_flags(backward_flag: torch.Tensor, n: int) -> torch.Tensor:
     """The ``n`` split counters after a call's two non-finite flags (kernels._split_counters),
     from its backward pass's flag."""
     whole = torch.empty(0, dtype=torch.int32, device=backward_flag.device).set_(backward_flag.untyped_storage())

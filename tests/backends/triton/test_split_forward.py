@@ -23,7 +23,7 @@ from tilesparse.backends.triton import op
 from tilesparse.backends.triton.nonfinite import sanitize_in_pairs
 from tilesparse.backends.triton.op import Launches, override_config, tile_config
 
-from builtin_specs import counters_left, given_decisions, one_of_each_kind, recorded_workspaces, split_counters
+from builtin_specs import counters_after_flags, counters_left, given_decisions, one_of_each_kind, recorded_workspaces
 
 SPECS = one_of_each_kind(keep=0.6, buckets=3, k=4)
 
@@ -303,7 +303,7 @@ def test_the_build_zeroes_the_split_counters_after_its_flags(name, monkeypatch):
     go = torch.randn((1, 4, 200, 16), generator=gen)
     attn = ts.compile(SPECS[name], causal=True, backend="triton")
     (g,) = attn.prepare(q, k, v, decisions=given_decisions(attn, q, k)).groups
-    counters = split_counters(g.flags[1], 4 * max(g.q_ranges.shape[2], g.k_ranges.shape[2]))
+    counters = counters_after_flags(g.flags[1], 4 * max(g.q_ranges.shape[2], g.k_ranges.shape[2]))
     assert not counters.any(), "the build left counters unzeroed"
 
     def run(group):

@@ -54,6 +54,7 @@ from ..buffers import BufferPool
 from ..switch import switched_on
 from .features import unbound_features_on
 from .launch import Site, kept_args, lean
+from .nonfinite import split_counters
 from .op import predicate_flags
 
 __all__ = ["bind_group", "build_group", "index_build_reasons", "rebuilt_identity", "separate_sort"]
@@ -534,10 +535,9 @@ def _static(group: HeadGroup, block_q: int, block_k: int, B: int, Hg: int, T: in
 
 
 def _counters(B: int, Hg: int, sides) -> int:
-    """The split counters after the flags: one per batch-head and block of the larger side
-    (kernels._split_counters; the counters of blocks of either side of a split attention kernel
-    are among them, and the build zeroes each in its block's program)."""
-    return B * Hg * max(nb for nb, *_ in sides)
+    """The split counters after the flags (nonfinite.split_counters), each zeroed by its block's
+    program of the build's last launch."""
+    return split_counters(B * Hg, *(nb for nb, *_ in sides))
 
 
 def _views(identity: bool, B: int, Hg: int, T: int, n_chunks: int, cat_pad: int, sides) -> tuple:

@@ -53,6 +53,14 @@ _PAIRED = [False]  # sanitize_in_pairs() in force
 _MERGED = [False]  # merged_sanitize() in force
 
 
+def split_counters(batch_heads: int, *blocks: int) -> int:
+    """How many split counters follow a call's two flags (kernels._split_counters): one per
+    batch-head and block of the side with the most blocks (``blocks``: each side's), so that
+    every split kernel's blocks, either side's, have theirs (the Triton build reserves and zeroes
+    them; :func:`new_flags` where asked)."""
+    return batch_heads * max(blocks)
+
+
 def new_flags(device: torch.device, counters: int = 0) -> tuple[Tensor, Tensor]:
     """Zeroed int32 flags on ``device`` for a call's two passes, the forward's and the
     backward's (dQ then dK/dV), followed by ``counters`` zeroed split counters (the split

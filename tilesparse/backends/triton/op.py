@@ -26,7 +26,7 @@ from ..switch import switched_on
 from . import kernels
 from .gqa import sum_into_kv_heads
 from .launch import Site, kept_args, lean, read
-from .nonfinite import LOCAL_MAX_KEYS, launch_pair, merged_sanitize_on, new_flags
+from .nonfinite import LOCAL_MAX_KEYS, launch_pair, merged_sanitize_on, new_flags, split_counters
 
 __all__ = [
     "BoundAttention",
@@ -354,7 +354,7 @@ class Launches:
         self.flags = _flags(g, cfg)
         self.max_seg_q, self.max_seg_k = g.q_ranges.shape[3], g.k_ranges.shape[3]
         self.n_qb, self.n_kb = g.q_ranges.shape[2], g.k_ranges.shape[2]
-        self.q_blocks = B * Hg * self.n_qb  # query blocks in all: the split's counters (TileConfig.split_programs)
+        self.q_blocks = B * Hg * self.n_qb  # query blocks in all (TileConfig.split_programs, the workspace)
         self.k_blocks = B * Hg * self.n_kb  # and key blocks, dK/dV's
         self.common = dict(HEAD_DIM=D, BLOCK_D=_block_d(D), PRECISION=_precision(q.dtype))
         unchanged = None
@@ -377,9 +377,9 @@ class Launches:
             local=unchanged is None and D <= 64 and Tk <= LOCAL_MAX_KEYS, work=self._work(split),
         )  # fmt: skip
         self.backward = self._backward(q, g)
-        # the split blocks' counters the flags must be followed by (kernels._split_counters;
-        # the Triton build reserves them for every block, nonfinite.new_flags where asked)
-        self.counters = max(self.q_blocks, self.k_blocks) if any(x.work for x in (self.fwd, *self.backward)) else 0
+        # the split counters the call's flags must be followed by (none where nothing splits)
+        splits = any(x.work for x in (self.fwd, *self.backward))
+        self.counters = split_counters(B * Hg, self.n_qb, self.n_kb) if splits else 0
 
     def _shares(self, shares: int, triton_kernel: bool, blocks: int) -> int:
         """:func:`_split` of a kernel configured for ``shares`` in this group on this call of

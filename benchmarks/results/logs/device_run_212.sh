@@ -1,24 +1,25 @@
 #!/bin/bash
 # The split counters after the call's flags (zeroed by the index build, or by new_flags' one fill; no fill per split
-# launch) and the forward's poison launched through its site (no general launch on calls with checked ids):
+# launch), the forward's poison launched through its site and the given ids' check launched from launch sites (no
+# general launch on calls with checked ids):
 # (1) the GPU tests of the splits, graph capture, dense heads, lean launches and NaN containment;
 # (2) the tree before these two changes against this one, one process each; make it first (not committed):
 #   mkdir -p ab212_old && git archive 8854504 tilesparse | tar -x -C ab212_old && sed -i \
 #     's/fwd_split=4, dq_split=4, split_programs/fwd_split=4, dq_split=4, dkdv_split=4, split_programs/' \
 #     ab212_old/tilesparse/backends/triton/op.py
-# PerHead and Hash(16) paired with cuDNN call by call, decisions given trusted and checked
+# PerHead, Hash(16) and TopKFeatures(8) paired with cuDNN call by call, decisions given trusted and checked
 source benchmarks/results/logs/device_prelude.sh; mkdir -p $R /tmp/pc212
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q H200 && echo h200 || echo h100)
-timeout 120 python3 -m pytest -v -rfE --tb=short -m gpu -n 14 -p no:cacheprovider tests/gpu/test_split_forward_gpu.py \
+timeout 150 python3 -m pytest -v -rfE --tb=short -m gpu -n 14 -p no:cacheprovider tests/gpu/test_split_forward_gpu.py \
   tests/gpu/test_graph_capture_gpu.py tests/gpu/test_dense_heads_gpu.py tests/gpu/test_lean_launch_gpu.py \
-  tests/gpu/test_nan_containment_gpu.py \
+  tests/gpu/test_nan_containment_gpu.py tests/gpu/test_bound_checks_gpu.py tests/gpu/test_reliability_gpu.py \
   > $R/tests_counters_run212.log 2>&1
 echo "tests rc=$? t=$(( $(date +%s) - T0 ))s"; grep -E "FAILED|ERROR|passed|failed" $R/tests_counters_run212.log | tail -8 | cut -c1-220
-for rep in 1; do
+for rep in 1 2; do
   for tree in old new; do
     if [ $tree = old ]; then P=/tmp/site:$PWD/ab212_old; else P=/tmp/site:$PWD; fi
-    PYTHONPATH=$P timeout 50 python3 benchmarks/results/logs/paired_cudnn.py --shapes 1x16x16x64x4096 \
-      --patterns perhead,hash16 --modes fwd,fwd_bwd,fwd_checked,fwd_bwd_checked --pairs 50 \
+    PYTHONPATH=$P timeout 75 python3 benchmarks/results/logs/paired_cudnn.py --shapes 1x16x16x64x4096 \
+      --patterns perhead,hash16,topk8 --modes fwd,fwd_bwd,fwd_checked,fwd_bwd_checked --pairs 50 \
       --out $R/paired_cudnn_${tree}${rep}_run212_$GPU.json > $R/paired_cudnn_${tree}${rep}_run212.txt 2>&1
     echo "paired $tree $rep rc=$? t=$(( $(date +%s) - T0 ))"
   done

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import tilesparse as ts
 from tilesparse.backends import id_check_for
 from tilesparse.backends.triton import idcheck
+from tilesparse.backends.triton import launch as L
 from tilesparse.patterns import decision_errors
 from tilesparse.patterns.decision_errors import DeviceErrors, IdField, Row, check_on_device
 
@@ -122,6 +123,37 @@ def test_a_call_of_two_fields_is_one_launch_and_of_three_two(monkeypatch):
         launches.clear()
         idcheck.check_ids_into([IdField(ids, 4, *rows()) for _ in range(n)], torch.zeros(()))
         assert len(launches) == want, n
+
+
+def test_a_bound_check_launches_through_sites_in_their_layout(monkeypatch):
+    """:class:`idcheck.BoundIdCheck` launches each pair of fields from a launch site: the call's
+    ids and outputs as its tensors, the rows one ``Fixed`` block, the call's poison the last
+    scalar and no other tensor among them (a site keys that layout: no general launch after the
+    first); three fields, two sites; the same clamped ids, rows and poison as
+    :func:`idcheck.check_ids_into`."""
+    seen = []
+    real = L.Site.__call__
+    monkeypatch.setattr(L.Site, "__call__", lambda site, *a: seen.append((site, *a)) or real(site, *a))
+    ids = [torch.tensor([[0, 3, 1], [2, 9, 0]], dtype=torch.int32), torch.arange(7), torch.tensor([1, -1])]
+
+    def rows():
+        return [IdField(x, 4, torch.tensor([3, 3]), torch.tensor(_RESET)) for x in ids]
+
+    bound_rows, plain_rows = rows(), rows()
+    outs, poison = idcheck.ID_CHECK.bind(bound_rows)(ids)
+    plain = torch.zeros(())
+    want = idcheck.check_ids_into(plain_rows, plain)
+    assert len({id(site) for site, *_ in seen}) == len(seen) == 2
+    for site, tensors, rest, scalars in seen:
+        assert len(tensors) == 4 and all(isinstance(t, torch.Tensor) for t in tensors)
+        assert len(rest) == 1 and type(rest[0]) is L.Fixed and len(rest[0].tensors) == 8
+        assert scalars[-1] is poison and not any(isinstance(s, torch.Tensor) for s in scalars[:-1])
+    assert seen[1][1][0] is seen[1][1][2] is ids[2]  # the second launch's one field, in both places
+    for got, w in zip(outs, want, strict=True):
+        torch.testing.assert_close(got, w, rtol=0, atol=0)
+    for b, p in zip(bound_rows, plain_rows, strict=True):
+        assert b.record_row.tolist() == p.record_row.tolist() and b.scratch_row.tolist() == _RESET
+    assert bool(poison.isnan()) and bool(plain.isnan())  # the third field's -1 and the first's 9
 
 
 def test_the_kernel_refuses_what_it_cannot_check():

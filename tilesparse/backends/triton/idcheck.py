@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .launch import lean
+from .launch import Fixed, Site, lean
 
 __all__ = ["BLOCK", "ID_CHECK", "MAX_SUPPORT", "BoundIdCheck", "check_ids_into"]
 
@@ -134,15 +134,17 @@ def _field_verdict(RECORD_REP, SCRATCH, SCRATCH_REP, bound, lo_init, hi_init, KP
 
 
 @triton.jit
-def _check_ids(X0, OUT0, RECORD0, SCRATCH0, RECORD_REP0, SCRATCH_REP0,
+def _check_ids(X0, OUT0, X1, OUT1,
+               RECORD0, SCRATCH0, RECORD_REP0, SCRATCH_REP0, RECORD1, SCRATCH1, RECORD_REP1, SCRATCH_REP1,
                n0, size01, size02, size03, stride00, stride01, stride02, stride03, bound0, programs0,
-               X1, OUT1, RECORD1, SCRATCH1, RECORD_REP1, SCRATCH_REP1,
                n1, size11, size12, size13, stride10, stride11, stride12, stride13, bound1, programs1,
-               POISON, lo_init, hi_init,
+               lo_init, hi_init, POISON,
                FIRST: tl.constexpr, KPAD0: tl.constexpr, KPAD1: tl.constexpr, BLOCK: tl.constexpr):
     """Field 0's programs [0, programs0), then field 1's (``KPAD1`` 0: no field 1); ``KPAD``
     1 for ids, a support's padded width for a support. The last program to finish writes
-    POISON."""
+    POISON. The parameters are a launch site's layout (``launch.Site``): the ids and outputs a
+    call brings, the rows a bound check keeps (one ``Fixed`` block), the scalars, the poison
+    last."""
     pid = tl.program_id(0)
     if KPAD1 == 0:
         _field_block(X0, OUT0, RECORD0, SCRATCH0, SCRATCH_REP0, pid, n0, size01, size02, size03,
@@ -176,48 +178,47 @@ def check_ids_into(fields: Sequence, poison: Tensor) -> list[Tensor]:
     for f in fields:
         _check_row("poison", poison, f.ids.device)
     prepared = [_field_args(f) for f in fields]
-    for grid, args, constants, _ in _launches(prepared, poison):
-        lean(_check_ids)[grid](*args, **constants)
-    return [out for out, _, _ in prepared]
+    outs = [out for out, _, _, _ in prepared]
+    kernel = lean(_check_ids)
+    for grid, (i, j), rows, scalars, constants in _launches(prepared):
+        kernel[grid](fields[i].ids, outs[i], fields[j].ids, outs[j], *rows, *scalars, poison, **constants)
+    return outs
 
 
-def _launches(prepared: list, poison: Tensor) -> list[tuple[tuple[int], list, dict, tuple[int, int]]]:
-    """Per launch of :func:`check_ids_into` (two fields a launch): its grid, runtime arguments,
-    constants and the indices of its two fields in ``prepared`` (:func:`_field_args`)."""
+def _launches(prepared: list) -> list[tuple[tuple[int], tuple[int, int], tuple, tuple, dict]]:
+    """Per launch of :func:`check_ids_into` (two fields a launch): its grid, the indices of its
+    two fields in ``prepared`` (:func:`_field_args`), its rows, its scalars before the poison
+    and its constants."""
     out = []
     for start in range(0, len(prepared), 2):
-        (_, kpad0, args0), *rest = prepared[start : start + 2]
-        # no field 1: its arguments are field 0's, never read, and no programs (KPAD1 0)
-        _, kpad1, args1 = rest[0] if rest else (None, 0, args0[:-1] + [0])
-        grid = (args0[-1] + args1[-1],)  # each field's arguments end with its programs
+        (_, kpad0, rows0, scalars0), *rest = prepared[start : start + 2]
+        # no field 1: its tensors are field 0's, never read, and no programs (KPAD1 0)
+        _, kpad1, rows1, scalars1 = rest[0] if rest else (None, 0, rows0, (*scalars0[:-1], 0))
+        grid = (scalars0[-1] + scalars1[-1],)  # each field's scalars end with its programs
         constants = {"FIRST": start == 0, "KPAD0": kpad0, "KPAD1": kpad1, "BLOCK": BLOCK, "num_warps": 4}
-        out.append((grid, [*args0, *args1, poison, _I64_MAX, _I64_MIN], constants, (start, start + len(rest))))
+        out.append((grid, (start, start + len(rest)), (*rows0, *rows1), (*scalars0, *scalars1, _I64_MAX, _I64_MIN),
+                    constants))  # fmt: skip
     return out
 
 
 class BoundIdCheck:
     """:func:`check_ids_into` for fields of one layout: the ids' shapes, strides, dtypes and
-    device, and the fields' bounds and rows. The fields are checked and their launch arguments
-    worked out once, by :meth:`_IdCheck.bind`; a call allocates the clamped ids and the poison
-    and launches. It keeps the rows, not the ids it was bound with."""
+    device, and the fields' bounds and rows. The fields are checked and their launches worked
+    out once, by :meth:`_IdCheck.bind`: a launch site each, its rows one ``Fixed`` block. A
+    call allocates the clamped ids and the poison and launches. It keeps the rows, not the ids
+    it was bound with."""
 
-    __slots__ = ("device", "kernel", "launches", "outs")
+    __slots__ = ("device", "launches", "outs")
 
     def __init__(self, fields: Sequence):
         if not fields:
             raise ValueError("fields must name at least one field to check")
         self.device = fields[0].ids.device
-        placeholder = torch.empty((), dtype=torch.float32, device=self.device)  # the poison's place
         prepared = [_field_args(f) for f in fields]  # checked here, once
-        self.outs = tuple((out.shape, out.dtype) for out, _, _ in prepared)
-        self.kernel = lean(_check_ids)
-        self.launches = []
-        for grid, args, constants, (i, j) in _launches(prepared, placeholder):
-            # per field: its ids and output first, then what the layout fixes; after both
-            # fields the poison and the two sentinels
-            w = (len(args) - 3) // 2
-            self.launches.append((grid, i, j, tuple(args[2:w]), tuple(args[w + 2 : 2 * w]), tuple(args[2 * w + 1 :]),
-                                  constants))  # fmt: skip
+        self.outs = tuple((out.shape, out.dtype) for out, _, _, _ in prepared)
+        kernel = lean(_check_ids)
+        self.launches = tuple((Site(kernel, grid, constants), i, j, (Fixed(rows),), scalars)
+                              for grid, (i, j), rows, scalars, constants in _launches(prepared))  # fmt: skip
 
     def __call__(self, ids: Sequence[Tensor]) -> tuple[list[Tensor], Tensor]:
         """``ids`` (in the fields' order, each of its field's bound layout: the caller keys by
@@ -225,14 +226,13 @@ class BoundIdCheck:
         float32: NaN when a field breaks its check, else 1)."""
         outs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outs]
         poison = torch.empty((), dtype=torch.float32, device=self.device)
-        launch = self.kernel.launch
-        for grid, i, j, fixed0, fixed1, tail, constants in self.launches:
-            launch(grid, (ids[i], outs[i], *fixed0, ids[j], outs[j], *fixed1, poison, *tail), constants)
+        for site, i, j, rows, scalars in self.launches:
+            site((ids[i], outs[i], ids[j], outs[j]), rows, (*scalars, poison))
         return outs, poison
 
 
-def _field_args(f) -> tuple[Tensor, int, list]:
-    """A field's output, its ``KPAD`` (1 for ids) and its launch arguments, checked."""
+def _field_args(f) -> tuple[Tensor, int, tuple, tuple]:
+    """A field's output, its ``KPAD`` (1 for ids), its rows and its scalars, checked."""
     ids = f.ids
     if not 0 < ids.dim() <= _MAX_DIMS or ids.numel() == 0:
         raise ValueError(f"ids must be a non-empty tensor of 1 to {_MAX_DIMS} dims, got shape {tuple(ids.shape)}")
@@ -255,7 +255,7 @@ def _field_args(f) -> tuple[Tensor, int, list]:
         kpad, n = 1, ids.numel()
         programs = triton.cdiv(n, BLOCK)
         rep = (f.record_row, f.scratch_row)  # not read
-    return out, kpad, [ids, out, f.record_row, f.scratch_row, *rep, n, *sizes[1:], *strides, f.bound, programs]
+    return out, kpad, (f.record_row, f.scratch_row, *rep), (n, *sizes[1:], *strides, f.bound, programs)
 
 
 class _IdCheck:

@@ -1,6 +1,7 @@
 """Every call timed three ways against cuDNN and flash SDPA: the figures #12's goals are stated in.
 
-Per pattern and shape (bf16, causal, ``backend="triton"``), the modes ``--modes`` names: with
+Per pattern and shape (bf16, causal, ``backend="triton"``; a pattern named ``NAME@BACKEND``, as
+``topk8@auto``, compiled with that backend), the modes ``--modes`` names: with
 decisions given (trusted, from ``attn.decide``) the forward (``fwd``, inputs needing gradients)
 and the forward+backward (``fwd_bwd``, ``torch.autograd.grad`` with a fixed output gradient);
 with decisions made in the call, the forward under ``torch.no_grad()`` (``fwd_decide_nograd``)
@@ -158,7 +159,8 @@ def calls_of(shape: str, names: list[str]) -> dict[str, dict]:
     label = f"B{B}_H{H}_Hkv{Hkv}_D{D}_T{T}"
     rows: dict[str, dict] = {}
     for name in names:
-        attn = ts.compile(PATTERNS[name].spec, causal=True, backend="triton")
+        pattern, _, backend = name.partition("@")  # "topk8@auto": the backend a default compile picks
+        attn = ts.compile(PATTERNS[pattern].spec, causal=True, backend=backend or "triton")
         dec = attn.decide(q, k)
         # the same decisions as a user's own tensors: not trusted, so each call checks their ids
         given = ts.Decisions(**{n: t.clone() for n, t in dec.items() if t is not None})

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import statistics
 
+import torch
+
 from test_examples import ROOT, run_python
 
 
@@ -58,6 +60,22 @@ def test_call_times_times_every_mode_of_every_row_in_each_round_and_merges(tmp_p
     assert list(out) == ["B1_H2_Hkv1_D16_T64/keep0.5"]
     assert out["B1_H2_Hkv1_D16_T64/keep0.5"]["sdpa_math"] == rows["B1_H2_Hkv1_D16_T64/sdpa_math"]
     assert sum("B1_H2_Hkv1_D16_T64/keep0.5" in line for line in r.stdout.splitlines()) == 6  # each mode, on and off
+
+
+def test_call_times_compiles_a_pattern_named_with_a_backend_with_that_backend(monkeypatch):
+    """``call_times.calls_of``: a pattern compiles with ``backend="triton"``, one named
+    ``NAME@BACKEND`` (``topk8@auto``: what a default compile runs) with that backend, its row
+    under the full name."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import call_times
+
+    backends = []
+    real = call_times.ts.compile
+    monkeypatch.setattr(call_times.ts, "compile", lambda spec, **kw: backends.append(kw["backend"]) or real(spec, **kw))
+    monkeypatch.setattr(call_times, "DEVICE", torch.device("cpu"))
+    rows = call_times.calls_of("1x2x1x16x64", ["topk8", "topk8@auto"])
+    assert backends == ["triton", "auto"]
+    assert "B1_H2_Hkv1_D16_T64/topk8@auto" in rows and "B1_H2_Hkv1_D16_T64/topk8" in rows
 
 
 def test_ab_arms_turn_a_taken_change_off_and_a_new_one_on(monkeypatch):

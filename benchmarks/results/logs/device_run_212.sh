@@ -11,7 +11,7 @@
 # TopKFeatures(8) compiled with backend="auto" (a default compile) paired at D=64 and at D=128 GQA
 source benchmarks/results/logs/device_prelude.sh; mkdir -p $R /tmp/pc212
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q H200 && echo h200 || echo h100)
-timeout 150 python3 -m pytest -v -rfE --tb=short -m gpu -n 14 -p no:cacheprovider tests/gpu/test_split_forward_gpu.py \
+timeout 120 python3 -m pytest -v -rfE --tb=short -m gpu -n 14 -p no:cacheprovider tests/gpu/test_split_forward_gpu.py \
   tests/gpu/test_graph_capture_gpu.py tests/gpu/test_dense_heads_gpu.py tests/gpu/test_lean_launch_gpu.py \
   tests/gpu/test_nan_containment_gpu.py tests/gpu/test_bound_checks_gpu.py tests/gpu/test_reliability_gpu.py \
   > $R/tests_counters_run212.log 2>&1

@@ -9,23 +9,13 @@
 #     ab212_old/tilesparse/backends/triton/op.py
 # PerHead, Hash(16) and TopKFeatures(8) paired with cuDNN call by call, decisions given trusted and checked; then
 # TopKFeatures(8) compiled with backend="auto" (a default compile) paired at D=64 and at D=128 GQA
-source benchmarks/results/logs/device_prelude.sh; mkdir -p $R /tmp/pc212
+source benchmarks/results/logs/device_prelude.sh; mkdir -p $R
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q H200 && echo h200 || echo h100)
-timeout 120 python3 -m pytest -v -rfE --tb=short -m gpu -n 14 -p no:cacheprovider tests/gpu/test_split_forward_gpu.py \
+timeout 100 python3 -m pytest -v -rfE --tb=short -m gpu -n 14 -p no:cacheprovider tests/gpu/test_split_forward_gpu.py \
   tests/gpu/test_graph_capture_gpu.py tests/gpu/test_dense_heads_gpu.py tests/gpu/test_lean_launch_gpu.py \
   tests/gpu/test_nan_containment_gpu.py tests/gpu/test_bound_checks_gpu.py tests/gpu/test_reliability_gpu.py \
   > $R/tests_counters_run212.log 2>&1
 echo "tests rc=$? t=$(( $(date +%s) - T0 ))s"; grep -E "FAILED|ERROR|passed|failed" $R/tests_counters_run212.log | tail -8 | cut -c1-220
-for rep in 1 2; do
-  [ $rep = 2 ] && [ $(( $(date +%s) - T0 )) -gt 250 ] && break  # a second repetition where time allows
-  for tree in old new; do
-    if [ $tree = old ]; then P=/tmp/site:$PWD/ab212_old; else P=/tmp/site:$PWD; fi
-    PYTHONPATH=$P timeout 75 python3 benchmarks/results/logs/paired_cudnn.py --shapes 1x16x16x64x4096 \
-      --patterns perhead,hash16,topk8 --modes fwd,fwd_bwd,fwd_checked,fwd_bwd_checked --pairs 50 \
-      --out $R/paired_cudnn_${tree}${rep}_run212_$GPU.json > $R/paired_cudnn_${tree}${rep}_run212.txt 2>&1
-    echo "paired $tree $rep rc=$? t=$(( $(date +%s) - T0 ))"
-  done
-done
 # TopKFeatures(8) as a default compile runs it (backend="auto": the planner's choice, printed), both shapes
 python3 -c "
 import torch, tilesparse as ts
@@ -35,10 +25,15 @@ for B, H, Hkv, D in ((1, 16, 16, 64), (1, 32, 8, 128)):
     plan = ts.compile(ts.TopKFeatures(k=8)).plan(q, k, v)
     print('topk8 auto D=%d:' % D, [a.backend.NAME for a in plan.assignments])
 " > $R/topk8_auto_plan_run212.txt 2>&1; cat $R/topk8_auto_plan_run212.txt | tail -3
-for shape in 1x16x16x64x4096 1x32x8x128x4096; do
-  timeout 75 python3 benchmarks/results/logs/paired_cudnn.py --shapes $shape --patterns topk8@auto \
-    --modes fwd,fwd_bwd,fwd_checked,fwd_bwd_checked --pairs 50 \
-    --out $R/paired_cudnn_topk8_auto_${shape}_run212_$GPU.json > $R/paired_cudnn_topk8_auto_${shape}_run212.txt 2>&1
-  echo "paired topk8@auto $shape rc=$? t=$(( $(date +%s) - T0 ))"
-done
+# in order of need, each its own process: this tree, TopKFeatures(8) by default at D=64, the tree before, at D=128 GQA
+paired() {  # paired TREE SHAPE PATTERNS NAME
+  PYTHONPATH=/tmp/site:$1 timeout 60 python3 benchmarks/results/logs/paired_cudnn.py --shapes $2 --patterns $3 \
+    --modes fwd,fwd_bwd,fwd_checked,fwd_bwd_checked --pairs 50 --out $R/paired_cudnn_$4_run212_$GPU.json \
+    > $R/paired_cudnn_$4_run212.txt 2>&1
+  echo "paired $4 rc=$? t=$(( $(date +%s) - T0 ))"
+}
+paired $PWD 1x16x16x64x4096 perhead,hash16,topk8 new
+paired $PWD 1x16x16x64x4096 topk8@auto topk8_auto_d64
+paired $PWD/ab212_old 1x16x16x64x4096 perhead,hash16,topk8 old
+paired $PWD 1x32x8x128x4096 topk8@auto topk8_auto_d128
 for f in $R/paired_cudnn_*_run212.txt; do echo "== $(basename $f)"; grep " host " $f | cut -c1-150; done

@@ -73,14 +73,16 @@ def recorded_workspaces():
     """What the Triton op's split kernels count and store in inside the block, kept alive for
     the test to read after the launches: ``made.works``, the workspaces they take
     (``op.workspace``), and ``made.counters``, each call's split counters after its non-finite
-    flags (:func:`counters_after_flags` of ``op._forward``'s, as many as its launches count in)."""
+    flags (:func:`counters_after_flags` of ``op._forward``'s, as many as its launches count in).
+    Each workspace is filled with NaN here (the op leaves its slots unfilled): a slot read before
+    a share stored it poisons the output, and the slots the shares stored are the finite ones."""
     from tilesparse.backends.triton import op
 
     made = types.SimpleNamespace(works=[], counters=[])
     real_workspace, real_forward = op.workspace, op._forward
 
     def workspace(device, floats):
-        work = real_workspace(device, floats)
+        work = real_workspace(device, floats).fill_(float("nan"))
         made.works.append(work)
         return work
 

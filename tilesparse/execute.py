@@ -175,6 +175,8 @@ def _bind_attend(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
     a = plan.assignments[i]
     # a backend whose bind takes no dense_heads still binds plans that fuse none
     attend = a.backend.bind(a.group, a.heads, inputs, **({"dense_heads": a.dense_heads} if a.dense_heads else {}))
+    # a backend that prepares nothing attends from the decisions (sdpa: TopKFeatures' supports)
+    attend_heads = None if a.backend.needs_prepare else a.backend.bind_heads(a.group, a.heads, inputs)
     whole = len(plan.assignments) == 1 and a.heads == tuple(range(inputs.heads))  # its output is the call's
     # every group folds the poison into its heads' output (so every head of the call's has it)
     fold = all(b.backend.FOLDS_POISON and b.backend.needs_prepare for b in plan.assignments)
@@ -186,6 +188,8 @@ def _bind_attend(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
             ex.folded = True
         elif g is not None:
             out = attend(g, inputs)
+        elif attend_heads is not None:
+            out = attend_heads(inputs, decisions=ex.decisions)
         else:
             out = a.backend.attend_heads(a.group, a.heads, inputs, decisions=ex.decisions)
         ex.outputs[i] = out

@@ -71,6 +71,37 @@ def test_both_ways_of_making_q_and_k_sparse_agree():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_a_signature_binds_the_feature_launches_once(monkeypatch):
+    """A TopKFeatures group of every head makes q~ and k~ through the launches its signature
+    bound (``BoundFeatures.pair``: both sides under one autograd node), not ``keep_features``
+    per side and call, from the signature's second call on; outputs and gradients bitwise those
+    of the per-call path (``unbound_features``) and of a q strided along D (the torch ops)."""
+    from tilesparse.backends.triton import features
+
+    pairs, per_side = [], []
+    real_pair, real_keep = features.BoundFeatures.pair, features.keep_features
+    monkeypatch.setattr(features.BoundFeatures, "pair", lambda *a: pairs.append(1) or real_pair(*a))
+    monkeypatch.setattr(features, "keep_features", lambda *a: per_side.append(1) or real_keep(*a))
+    attn, q, k, v, dec = _feature_call()
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+
+    def run(q=q):
+        out = attn(q, k, v, decisions=dec)
+        return (out, *torch.autograd.grad(out.square().sum(), (q, k, v)))
+
+    bound = [run() for _ in range(3)]
+    assert len(pairs) >= 2 and per_side == []
+    with features.unbound_features():
+        unbound = run()
+    assert per_side == [1, 1]
+    strided = run(q.detach().transpose(-1, -2).contiguous().transpose(-1, -2).requires_grad_())
+    for got in (*bound[1:], unbound):
+        for a, b in zip(bound[0], got, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    for a, b in zip(bound[0], strided, strict=True):
+        torch.testing.assert_close(a, b)
+
+
 def test_an_inf_in_an_unkept_feature_stays_out():
     """As in the reference: q~ and k~ select the kept features, so an inf elsewhere does not
     become 0 * inf = NaN (the torch ops' product would)."""

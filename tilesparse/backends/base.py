@@ -16,6 +16,7 @@ Backends depend on the IR only; the planner reaches them through :data:`REGISTRY
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import ClassVar
@@ -110,6 +111,14 @@ class Backend(ABC):
         ``dense_heads``: those of ``heads`` the plan fused in as dense heads (PerHead's), whose
         blocks are longer than the others'. By default :meth:`attend` itself."""
         return self.attend
+
+    def bind_heads(
+        self, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs
+    ) -> Callable[..., Tensor]:
+        """For a backend that attends without index tensors (:attr:`needs_prepare` false): its
+        ``attend_heads(group, heads, inputs, decisions=)`` for every call with the signature of
+        ``inputs``, called as ``(inputs, decisions=)``. By default ``attend_heads`` itself."""
+        return functools.partial(self.attend_heads, group, heads)
 
     def __repr__(self) -> str:
         return f"<backend {self.NAME}>"

@@ -7,6 +7,9 @@ every query head makes them with Triton's feature kernel where Triton runs (one 
 and one a side for the gradients, k repeated per query head in the same launch, an inf in an
 unkept feature kept out as the reference keeps it: backends/triton/features.py); otherwise, and
 for a group of some heads, as torch ops (a 0/1 mask a side and a product: there 0 * inf is NaN).
+The kernel's launches are bound once per call signature (:meth:`SdpaBackend.bind_heads`:
+``BoundFeatures``, sizes and grids worked out once, both sides under one autograd node), as the
+Triton backend binds them.
 On CUDA
 the cuDNN kernel is tried first, then flash, then torch's others: on the H200 cuDNN runs dense
 causal attention 1.6x faster than flash (benchmarks/results/bench_full_d64_h200.json), and
@@ -74,10 +77,11 @@ class SdpaBackend(Backend):
         return self._attend(g.group, g.heads, inputs, g.q_support, g.k_support)
 
     def attend_heads(
-        self, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs, decisions=None
+        self, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs, decisions=None, *, features=None
     ) -> Tensor:
         """The group's output without index tensors (sdpa needs none); a TopKFeatures group
-        reads its feature supports from ``decisions``."""
+        reads its feature supports from ``decisions`` (``features``: :meth:`bind_heads`' bound
+        launches of q~ and k~)."""
         q_support = k_support = None
         if not isinstance(group.score, DotScore):
             if decisions is None or decisions.q_support is None or decisions.k_support is None:
@@ -86,16 +90,31 @@ class SdpaBackend(Backend):
                 )
             q_support = select_heads(decisions.q_support, heads, inputs.heads)
             k_support = select_heads(decisions.k_support, heads, inputs.heads)
-        return self._attend(group, heads, inputs, q_support, k_support)
+        return self._attend(group, heads, inputs, q_support, k_support, features)
 
-    def _attend(self, group: HeadGroup, heads, inputs: AttentionInputs, q_support, k_support) -> Tensor:
+    def bind_heads(self, group: HeadGroup, heads: tuple[int, ...], inputs: AttentionInputs):
+        """:meth:`attend_heads` for the calls of one signature; a TopKFeatures group of every
+        query head on a device Triton runs on makes q~ and k~ through
+        :class:`~tilesparse.backends.triton.features.BoundFeatures`, sized and checked here
+        once, both sides under one autograd node (:func:`_sparsified`)."""
+        features = None
+        if not isinstance(group.score, DotScore) and heads == tuple(range(inputs.heads)):
+            from .triton.availability import device_reasons
+
+            if not device_reasons(inputs.device):
+                from .triton.features import BoundFeatures
+
+                features = BoundFeatures(heads, inputs.q, inputs.k)
+        return functools.partial(self.attend_heads, group, heads, features=features)
+
+    def _attend(self, group: HeadGroup, heads, inputs: AttentionInputs, q_support, k_support, features=None) -> Tensor:
         q = select_heads(inputs.q, heads, inputs.heads)
         if q_support is None:
             k, v = kv_for_heads(inputs, heads)
         else:
             # the dot of the sparsified vectors q~ . k~: per query head, as the supports are
             v = select_heads(inputs.v_per_query_head(), heads, inputs.heads)
-            q, k = _sparsified(inputs, heads, q_support, k_support)
+            q, k = _sparsified(inputs, heads, q_support, k_support, features)
         gqa = q.shape[1] != k.shape[1]
         causal = group.causal is not None
         mask = None
@@ -119,17 +138,22 @@ def cudnn_first(attend):
         torch._C._set_sdp_priority_order(previous)
 
 
-def _sparsified(inputs: AttentionInputs, heads: tuple[int, ...], q_support: Tensor, k_support: Tensor):
+def _sparsified(
+    inputs: AttentionInputs, heads: tuple[int, ...], q_support: Tensor, k_support: Tensor, features=None
+) -> tuple[Tensor, Tensor]:
     """q~ and k~ of the group's query heads ``heads``, k~ per query head (see the module
-    docstring for which way they are made)."""
+    docstring for which way they are made); ``features``: the signature's bound launches
+    (``BoundFeatures``, made where the group holds every head on a device Triton runs on)."""
     q, k, H = inputs.q, inputs.k, inputs.heads
     if heads == tuple(range(H)) and q.stride(-1) == 1 and k.stride(-1) == 1:
         from .triton.availability import device_reasons
 
-        if not device_reasons(q.device):
+        if features is not None or not device_reasons(q.device):
+            q_support, k_support = (s if s.dtype == torch.int32 else s.to(torch.int32) for s in (q_support, k_support))
+            if features is not None:
+                return features.pair(q, k, q_support, k_support)
             from .triton.features import keep_features
 
-            q_support, k_support = (s if s.dtype == torch.int32 else s.to(torch.int32) for s in (q_support, k_support))
             return keep_features(q, q_support, heads, H), keep_features(k, k_support, heads, H)
     D = inputs.head_dim
     q = select_heads(q, heads, H) * feature_mask(q_support, D, q.dtype)

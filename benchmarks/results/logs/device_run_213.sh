@@ -2,7 +2,8 @@
 # Whether the split counters after the call's flags cost PerHead GPU or host time: run 212b had PerHead's ratios to
 # cuDNN 2-15% higher in this tree's processes than in the tree before (two processes each, host noise of the same
 # size). (1) The attention kernels alone per tree (ab_split.py, profiler: unsplit and the default 4k4 arm), PerHead and
-# Hash(16) at D=64; (2) PerHead and Hash(16) paired with cuDNN, six processes a tree in ABBA order, 100 pairs each.
+# Hash(16) at D=64; (2) PerHead and Hash(16) paired with cuDNN, six processes a tree in ABBA order, 100 pairs each;
+# (3) TopKFeatures(8) by default (SDPA backend), its feature launches bound and not, and paired with cuDNN.
 # Make the tree before first (not committed), as device_run_212.sh's header says:
 #   mkdir -p ab212_old && git archive 8854504 tilesparse | tar -x -C ab212_old && sed -i \
 #     's/fwd_split=4, dq_split=4, split_programs/fwd_split=4, dq_split=4, dkdv_split=4, split_programs/' \
@@ -21,10 +22,22 @@ for t in new1 old1 old2 new2 new3 old3 old4 new4 new5 old5 old6 new6; do
     > $R/paired_cudnn_${t}_run213.txt 2>&1
   echo "paired $t rc=$? t=$(( $(date +%s) - T0 ))"
 done
+# TopKFeatures(8) as a default compile (the SDPA backend) with its q~ and k~ launches bound per signature, and with
+# them made per call (--ab bound-features), in one process; then paired with cuDNN
+timeout 120 python3 benchmarks/call_times.py --shapes 1x16x16x64x4096,1x32x8x128x4096 --patterns topk8@auto \
+  --modes fwd,fwd_bwd --ab bound-features --rounds 4 --out $R/call_times_topk8_auto_run213_$GPU.json \
+  > $R/call_times_topk8_auto_run213.txt 2>&1
+echo "call_times topk8@auto rc=$? t=$(( $(date +%s) - T0 ))"; tail -8 $R/call_times_topk8_auto_run213.txt | cut -c1-200
+for shape in 1x16x16x64x4096 1x32x8x128x4096; do
+  timeout 60 python3 benchmarks/results/logs/paired_cudnn.py --shapes $shape --patterns topk8@auto,topk8 \
+    --modes fwd,fwd_bwd --pairs 100 --out $R/paired_cudnn_topk8_auto_${shape}_run213_$GPU.json \
+    > $R/paired_cudnn_topk8_auto_${shape}_run213.txt 2>&1
+  echo "paired topk8 $shape rc=$? t=$(( $(date +%s) - T0 ))"; grep host $R/paired_cudnn_topk8_auto_${shape}_run213.txt
+done
 python3 - $R <<'PY'
 import glob, json, statistics, sys
 ratios = {}
-for f in glob.glob(sys.argv[1] + "/paired_cudnn_*_run213_*.json"):
+for f in glob.glob(sys.argv[1] + "/paired_cudnn_[no]*_run213_*.json"):
     tree = f.split("paired_cudnn_")[1][:3]
     for row, modes in json.load(open(f))["rows"].items():
         for mode, rec in modes.items():

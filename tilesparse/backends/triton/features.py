@@ -214,12 +214,18 @@ class BoundFeatures:
     def __call__(self, q: Tensor, k: Tensor, g: PreparedGroup) -> tuple[Tensor, Tensor]:
         """q~ and k~ (B, H, T, D) of group ``g`` (the bound heads) from q and k (the bound
         sizes, unit stride along D)."""
-        if _UNBOUND[0]:
-            return keep_features(q, g.q_support, g.heads, self.n_heads), keep_features(k, g.k_support, g.heads, self.n_heads)
         if g.heads != self.heads:
             raise ValueError(f"bound to query heads {self.heads}, given a group of heads {g.heads}")
-        q_support = _checked_support(g.q_support, self.q.rows)
-        k_support = _checked_support(g.k_support, self.k.rows)
+        return self.pair(q, k, g.q_support, g.k_support)
+
+    def pair(self, q: Tensor, k: Tensor, q_support: Tensor, k_support: Tensor) -> tuple[Tensor, Tensor]:
+        """q~ and k~ of the bound heads from q and k (the bound sizes, unit stride along D) and
+        their supports ((B, len(heads), T, k) feature ids, in the heads' order)."""
+        if _UNBOUND[0]:
+            H = self.n_heads
+            return keep_features(q, q_support, self.heads, H), keep_features(k, k_support, self.heads, H)
+        q_support = _checked_support(q_support, self.q.rows)
+        k_support = _checked_support(k_support, self.k.rows)
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
             return _KeptPair.apply(q, k, q_support, k_support, self)
         return self.q.keep(q, q_support), self.k.keep(k, k_support)

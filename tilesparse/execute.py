@@ -173,25 +173,24 @@ def _hash_deferred(ex: Execution, inputs: AttentionInputs) -> None:
 def _bind_attend(plan: Plan, step: Step, inputs: AttentionInputs) -> BoundStep:
     i = step.group
     a = plan.assignments[i]
-    # a backend whose bind takes no dense_heads still binds plans that fuse none
-    attend = a.backend.bind(a.group, a.heads, inputs, **({"dense_heads": a.dense_heads} if a.dense_heads else {}))
-    # a backend that prepares nothing attends from the decisions (sdpa: TopKFeatures' supports)
-    attend_heads = None if a.backend.needs_prepare else a.backend.bind_heads(a.group, a.heads, inputs)
+    if a.backend.needs_prepare:
+        # a backend whose bind takes no dense_heads still binds plans that fuse none
+        attend = a.backend.bind(a.group, a.heads, inputs, **({"dense_heads": a.dense_heads} if a.dense_heads else {}))
+    else:  # no index step: it attends from the decisions (sdpa: TopKFeatures' supports)
+        attend_heads = a.backend.bind_heads(a.group, a.heads, inputs)
     whole = len(plan.assignments) == 1 and a.heads == tuple(range(inputs.heads))  # its output is the call's
     # every group folds the poison into its heads' output (so every head of the call's has it)
     fold = all(b.backend.FOLDS_POISON and b.backend.needs_prepare for b in plan.assignments)
 
     def run(inputs, ex: Execution, decide: Decide) -> None:
-        g = ex.prepared[i]
-        if g is not None and fold and ex.poison and not _UNFOLDED[0]:
+        g = ex.prepared[i]  # None exactly where the backend prepares nothing (no index step)
+        if g is None:
+            out = attend_heads(inputs, decisions=ex.decisions)
+        elif fold and ex.poison and not _UNFOLDED[0]:
             out = attend(g, inputs, poison=ex.poison[0])
             ex.folded = True
-        elif g is not None:
-            out = attend(g, inputs)
-        elif attend_heads is not None:
-            out = attend_heads(inputs, decisions=ex.decisions)
         else:
-            out = a.backend.attend_heads(a.group, a.heads, inputs, decisions=ex.decisions)
+            out = attend(g, inputs)
         ex.outputs[i] = out
         if whole:
             ex.out = out

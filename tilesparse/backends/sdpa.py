@@ -98,13 +98,11 @@ class SdpaBackend(Backend):
         :class:`~tilesparse.backends.triton.features.BoundFeatures`, sized and checked here
         once, both sides under one autograd node (:func:`_sparsified`)."""
         features = None
-        if not isinstance(group.score, DotScore) and heads == tuple(range(inputs.heads)):
-            from .triton.availability import device_reasons
+        every_head = heads == tuple(range(inputs.heads))
+        if not isinstance(group.score, DotScore) and every_head and _triton_runs(inputs.device):
+            from .triton.features import BoundFeatures
 
-            if not device_reasons(inputs.device):
-                from .triton.features import BoundFeatures
-
-                features = BoundFeatures(heads, inputs.q, inputs.k)
+            features = BoundFeatures(heads, inputs.q, inputs.k)
         return functools.partial(self.attend_heads, group, heads, features=features)
 
     def _attend(self, group: HeadGroup, heads, inputs: AttentionInputs, q_support, k_support, features=None) -> Tensor:
@@ -145,20 +143,25 @@ def _sparsified(
     docstring for which way they are made); ``features``: the signature's bound launches
     (``BoundFeatures``, made where the group holds every head on a device Triton runs on)."""
     q, k, H = inputs.q, inputs.k, inputs.heads
-    if heads == tuple(range(H)) and q.stride(-1) == 1 and k.stride(-1) == 1:
-        from .triton.availability import device_reasons
+    whole = heads == tuple(range(H)) and q.stride(-1) == 1 and k.stride(-1) == 1
+    if whole and (features is not None or _triton_runs(q.device)):
+        q_support, k_support = (s if s.dtype == torch.int32 else s.to(torch.int32) for s in (q_support, k_support))
+        if features is not None:
+            return features.pair(q, k, q_support, k_support)
+        from .triton.features import keep_features
 
-        if features is not None or not device_reasons(q.device):
-            q_support, k_support = (s if s.dtype == torch.int32 else s.to(torch.int32) for s in (q_support, k_support))
-            if features is not None:
-                return features.pair(q, k, q_support, k_support)
-            from .triton.features import keep_features
-
-            return keep_features(q, q_support, heads, H), keep_features(k, k_support, heads, H)
+        return keep_features(q, q_support, heads, H), keep_features(k, k_support, heads, H)
     D = inputs.head_dim
     q = select_heads(q, heads, H) * feature_mask(q_support, D, q.dtype)
     k = select_heads(inputs.k_per_query_head(), heads, H) * feature_mask(k_support, D, k.dtype)
     return q, k
+
+
+def _triton_runs(device: torch.device) -> bool:
+    """Whether Triton's feature kernel runs on ``device`` (q~ and k~ by kernel, not torch ops)."""
+    from .triton.availability import device_reasons
+
+    return not device_reasons(device)
 
 
 def bottom_right_causal(q_len: int, k_len: int, device) -> Tensor | None:

@@ -39,6 +39,7 @@ manager that turns it off; ``index-pool``: index buffers lent per call, ``backen
 ``bound-decide``: a call's decisions made by steps bound once per signature, ``tilesparse/decide.py``;
 ``bound-checks``: given ids' device checks bound once per op and layout, ``patterns/decision_errors.py``;
 ``bound-features``: TopKFeatures' q~ and k~ launches bound once per signature, ``backends/triton/features.py``;
+``paired-features``: those launches both sides in one, forward and backward (same file);
 ``bound-hash``: the ``lsh`` hashing launch bound once per signature, ``backends/triton/hashing.py``;
 ``local-sanitize``: the Triton forward at D <= 64 sanitizing in its own launch (on calls of
 at most 4,096 keys: longer ones launch the pair either way); ``folded-poison``: given ids'
@@ -87,7 +88,7 @@ import tilesparse as ts  # noqa: E402
 from tilesparse.bench.grid import PATTERNS  # noqa: E402
 from tilesparse.backends.buffers import unpooled  # noqa: E402
 from tilesparse.backends.triton.index import rebuilt_identity, separate_sort  # noqa: E402
-from tilesparse.backends.triton.features import unbound_features  # noqa: E402
+from tilesparse.backends.triton.features import sides_apart, unbound_features  # noqa: E402
 from tilesparse.backends.triton.hashing import unbound_hashing  # noqa: E402
 from tilesparse.backends.triton.launch import inline_fixed, keyed_launches  # noqa: E402
 from tilesparse.backends.triton.nonfinite import merged_sanitize, sanitize_in_pairs  # noqa: E402
@@ -110,7 +111,7 @@ SWITCHES = {"index-pool": unpooled, "fused-sort": separate_sort, "bound-decide":
             "bound-checks": unbound_checks, "bound-features": unbound_features, "bound-hash": unbound_hashing,
             "local-sanitize": sanitize_in_pairs, "folded-poison": unfolded_poison, "dense-heads": filled_dense_heads,
             "fixed-args": inline_fixed, "kept-identity": rebuilt_identity, "sites": keyed_launches,
-            "split": unsplit_blocks, "split-dkdv": unsplit_key_blocks}
+            "split": unsplit_blocks, "split-dkdv": unsplit_key_blocks, "paired-features": sides_apart}
 # --ab NAME for a change not taken yet (off unless asked for): the context manager that turns it on
 ENABLES = {"merged-sanitize": merged_sanitize}
 

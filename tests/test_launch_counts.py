@@ -34,14 +34,13 @@ SPECS = one_of_each_kind(keep=0.7, buckets=4, k=4)
 # given ids, their check (one launch for both sides). The two passes' non-finite flags are zeroed
 # in the index build's block pass (no fill of their own). torch: for given ids, the copy of their
 # check's record to the host (the poison itself is folded into each Triton group's stored output
-# and lse); TopKFeatures' q~ and k~ and their
-# gradients (a launch each, features.py); PerHead's head selections and the gradients' sums over
-# its groups
+# and lse); TopKFeatures' q~ and k~ (one launch for both sides, features.py) and their
+# gradients (one launch); PerHead's head selections and the gradients' sums over its groups
 MOST = {  # pattern: (forward trusted, forward given, forward+backward given)
     "dense": (2, 2, 7),
     "qkdrop": (3, 3, 8),
     "hash": (3, 5, 10),
-    "topk": (4, 6, 13),
+    "topk": (3, 5, 11),
     "hybrid": (3, 5, 10),
     "perhead": (7, 9, 27),
 }

@@ -3,8 +3,8 @@
 A group qualifies when nothing but causality masks it: identity layout, at most a non-strict
 Causal predicate. A TopKFeatures group runs as SDPA over the sparsified q~ and k~ (features
 outside the supports zeroed, so autograd sends gradients to the kept entries only). A group of
-every query head makes them with Triton's feature kernel where Triton runs (one launch a side
-and one a side for the gradients, k repeated per query head in the same launch, an inf in an
+every query head makes them with Triton's feature kernel where Triton runs (one launch for both
+sides and one for their gradients, k repeated per query head in the same launch, an inf in an
 unkept feature kept out as the reference keeps it: backends/triton/features.py); otherwise, and
 for a group of some heads, as torch ops (a 0/1 mask a side and a product: there 0 * inf is NaN).
 The kernel's launches are bound once per call signature (:meth:`SdpaBackend.bind_heads`:

@@ -3,7 +3,7 @@
 # cuDNN 2-15% higher in this tree's processes than in the tree before (two processes each, host noise of the same
 # size). (1) The attention kernels alone per tree (ab_split.py, profiler: unsplit and the default 4k4 arm), PerHead and
 # Hash(16) at D=64; (2) PerHead and Hash(16) paired with cuDNN, six processes a tree in ABBA order, 100 pairs each;
-# (3) TopKFeatures(8) by default (SDPA backend), its feature launches bound and not, and paired with cuDNN.
+# TopKFeatures' rows moved to device_run_214.sh.
 # Make the tree before first (not committed), as device_run_212.sh's header says:
 #   mkdir -p ab212_old && git archive 8854504 tilesparse | tar -x -C ab212_old && sed -i \
 #     's/fwd_split=4, dq_split=4, split_programs/fwd_split=4, dq_split=4, dkdv_split=4, split_programs/' \
@@ -17,22 +17,11 @@ for t in new old; do
   echo "ab_split $t rc=$? t=$(( $(date +%s) - T0 ))s"; tail -4 $R/ab_split_${t}_run213.log | cut -c1-200
 done
 for t in new1 old1 old2 new2 new3 old3 old4 new4 new5 old5 old6 new6; do
+  [ $(( $(date +%s) - T0 )) -gt 500 ] && { echo "paired $t skipped: 500 s spent"; continue; }
   PYTHONPATH=$(tree $t) timeout 45 python3 benchmarks/results/logs/paired_cudnn.py --shapes 1x16x16x64x4096 \
     --patterns perhead,hash16 --modes fwd,fwd_bwd --pairs 100 --out $R/paired_cudnn_${t}_run213_$GPU.json \
     > $R/paired_cudnn_${t}_run213.txt 2>&1
   echo "paired $t rc=$? t=$(( $(date +%s) - T0 ))"
-done
-# TopKFeatures(8) as a default compile (the SDPA backend) with its q~ and k~ launches bound per signature, and with
-# them made per call (--ab bound-features), in one process; then paired with cuDNN
-timeout 120 python3 benchmarks/call_times.py --shapes 1x16x16x64x4096,1x32x8x128x4096 --patterns topk8@auto \
-  --modes fwd,fwd_bwd --ab bound-features --rounds 4 --out $R/call_times_topk8_auto_run213_$GPU.json \
-  > $R/call_times_topk8_auto_run213.txt 2>&1
-echo "call_times topk8@auto rc=$? t=$(( $(date +%s) - T0 ))"; tail -8 $R/call_times_topk8_auto_run213.txt | cut -c1-200
-for shape in 1x16x16x64x4096 1x32x8x128x4096; do
-  timeout 60 python3 benchmarks/results/logs/paired_cudnn.py --shapes $shape --patterns topk8@auto,topk8 \
-    --modes fwd,fwd_bwd --pairs 100 --out $R/paired_cudnn_topk8_auto_${shape}_run213_$GPU.json \
-    > $R/paired_cudnn_topk8_auto_${shape}_run213.txt 2>&1
-  echo "paired topk8 $shape rc=$? t=$(( $(date +%s) - T0 ))"; grep host $R/paired_cudnn_topk8_auto_${shape}_run213.txt
 done
 python3 - $R <<'PY'
 import glob, json, statistics, sys

@@ -1,5 +1,5 @@
-"""TopKFeatures' q~ and k~ (the unkept features zeroed) in one launch per side, and their
-gradients in one launch per side.
+"""TopKFeatures' q~ and k~ (the unkept features zeroed) in one launch for both sides, and their
+gradients in one launch (:func:`keep_features`: a side a launch).
 
 A feature group attends over q~ and k~: each token of each of the group's query heads keeps
 the features its support lists and reads zeros elsewhere. As torch ops that is a 0/1 mask per
@@ -23,6 +23,15 @@ index build assembled the group each call: on a CPU with the launches stubbed (B
 T=4,096), TopKFeatures(8)'s forward took 118 us of host time and forward+backward 259, bound
 74 and 186 (Hash(16): 51 and 127). :func:`unbound_features` restores that per-call path (A/B
 timing on the GPU).
+
+A bound call launches both sides at once (``_keep_features_pair``): the programs of the grid's
+second axis below side 0's count write q~'s rows, the rest k~'s, each through the one kernel's
+row tile (``_keep_rows``), and a row tile past its side's length exits (Tq < Tk). The gradients
+likewise. A launch fewer a forward and a backward (about 17 us of host time each on a GPU's
+host, docs/host-time.md), bit for bit the sides' own launches
+(``tests/backends/triton/test_bound_features.py``); the sm_90 build holds 147 registers a
+thread where a side's kernel holds 128 (D=64; 149 against 135 at D=128), neither spilling.
+:func:`sides_apart` launches each side alone again (A/B timing).
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from ..first_order import first_order_only
 from ..switch import switched_on
 from .launch import LeanKernel, Site, lean
 
-__all__ = ["BoundFeatures", "constexprs", "keep_features", "unbound_features", "unbound_features_on"]
+__all__ = ["BoundFeatures", "constexprs", "keep_features", "sides_apart", "unbound_features", "unbound_features_on"]
 
 # elements a program holds (rows x padded head dim): 64 rows at D=64, 32 at D=128; 12-27% less
 # GPU time than half as many rows at both (run 188, benchmarks/results/ab_keep_features_run188_h200.json);
@@ -45,20 +54,18 @@ __all__ = ["BoundFeatures", "constexprs", "keep_features", "unbound_features", "
 _TILE = 4096
 _WARPS = 4
 _UNBOUND = [False]  # unbound_features() in force
+_APART = [False]  # sides_apart() in force
 
 
-@triton.jit(do_not_specialize=["seqlen", "n_src", "x_div", "n_keep", "heads_out"])
-def _keep_features(SRC, SUPPORT, SLOT, DST,
-                   stride_xb, stride_xh, stride_xt, stride_sb, stride_sh, stride_st,
-                   seqlen, n_src, x_div, n_keep, heads_out,
-                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, WORDS: tl.constexpr):
-    """DST[b, o, t] (contiguous (B, heads_out, seqlen, HEAD_DIM)) = the sum over r < n_src of SRC[b,
-    h // x_div, t] with h = o * n_src + r, each element kept where SUPPORT[b, SLOT[h], t, :n_keep]
-    lists its feature (every element where SLOT[h] < 0); in fp32, cast to DST's dtype."""
-    pid_bo = tl.program_id(1)
+@triton.jit
+def _keep_rows(SRC, SUPPORT, SLOT, DST, stride_xb, stride_xh, stride_xt, stride_sb, stride_sh, stride_st,
+               seqlen, n_src, x_div, n_keep, heads_out, pid_t, pid_bo,
+               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, WORDS: tl.constexpr):
+    """Row tile ``pid_t`` of output head ``pid_bo`` (b x heads_out + o) of :func:`_keep_features`
+    (its docstring says what is written)."""
     b = pid_bo // heads_out
     o = pid_bo % heads_out
-    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     feats = tl.arange(0, BLOCK_D)
     row_ok = rows < seqlen
     ok = row_ok[:, None] & (feats < HEAD_DIM)[None, :]
@@ -96,6 +103,43 @@ def _keep_features(SRC, SUPPORT, SLOT, DST,
         acc += x
     out = DST + pid_bo.to(tl.int64) * seqlen * HEAD_DIM
     tl.store(out + rows[:, None].to(tl.int64) * HEAD_DIM + feats[None, :], acc.to(DST.dtype.element_ty), mask=ok)
+
+
+@triton.jit(do_not_specialize=["seqlen", "n_src", "x_div", "n_keep", "heads_out"])
+def _keep_features(SRC, SUPPORT, SLOT, DST,
+                   stride_xb, stride_xh, stride_xt, stride_sb, stride_sh, stride_st,
+                   seqlen, n_src, x_div, n_keep, heads_out,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, WORDS: tl.constexpr):
+    """DST[b, o, t] (contiguous (B, heads_out, seqlen, HEAD_DIM)) = the sum over r < n_src of SRC[b,
+    h // x_div, t] with h = o * n_src + r, each element kept where SUPPORT[b, SLOT[h], t, :n_keep]
+    lists its feature (every element where SLOT[h] < 0); in fp32, cast to DST's dtype."""
+    _keep_rows(SRC, SUPPORT, SLOT, DST, stride_xb, stride_xh, stride_xt, stride_sb, stride_sh, stride_st,
+               seqlen, n_src, x_div, n_keep, heads_out, tl.program_id(0), tl.program_id(1),
+               HEAD_DIM, BLOCK_D, BLOCK_T, WORDS)  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["seqlen0", "n_src0", "x_div0", "n_keep0", "heads_out0",
+                               "seqlen1", "n_src1", "x_div1", "n_keep1", "heads_out1", "programs0"])  # fmt: skip
+def _keep_features_pair(SRC0, SUPPORT0, SLOT0, DST0, SRC1, SUPPORT1, SLOT1, DST1,
+                        stride_xb0, stride_xh0, stride_xt0, stride_sb0, stride_sh0, stride_st0,
+                        seqlen0, n_src0, x_div0, n_keep0, heads_out0,
+                        stride_xb1, stride_xh1, stride_xt1, stride_sb1, stride_sh1, stride_st1,
+                        seqlen1, n_src1, x_div1, n_keep1, heads_out1, programs0,
+                        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr, WORDS: tl.constexpr):
+    """:func:`_keep_features` of two sides in one launch: the programs of axis 1 below
+    ``programs0`` (B x heads_out0) write side 0's rows, the rest side 1's; a row tile past its
+    side's ``seqlen`` (the sides' lengths may differ: the grid covers the longer) exits."""
+    pid_t = tl.program_id(0)
+    pid = tl.program_id(1)
+    if pid < programs0:
+        if pid_t * BLOCK_T < seqlen0:
+            _keep_rows(SRC0, SUPPORT0, SLOT0, DST0, stride_xb0, stride_xh0, stride_xt0, stride_sb0, stride_sh0,
+                       stride_st0, seqlen0, n_src0, x_div0, n_keep0, heads_out0, pid_t, pid,
+                       HEAD_DIM, BLOCK_D, BLOCK_T, WORDS)  # fmt: skip
+    elif pid_t * BLOCK_T < seqlen1:
+        _keep_rows(SRC1, SUPPORT1, SLOT1, DST1, stride_xb1, stride_xh1, stride_xt1, stride_sb1, stride_sh1,
+                   stride_st1, seqlen1, n_src1, x_div1, n_keep1, heads_out1, pid_t, pid - programs0,
+                   HEAD_DIM, BLOCK_D, BLOCK_T, WORDS)  # fmt: skip
 
 
 def constexprs(head_dim: int, seqlen: int | None = None) -> dict:
@@ -190,6 +234,13 @@ def unbound_features():
     return switched_on(_UNBOUND)
 
 
+def sides_apart():
+    """Bound calls inside the block launch each side's q~ (k~) and each side's gradient alone,
+    two launches a direction, as before ``_keep_features_pair``: A/B timing within one process
+    (``call_times.py --ab paired-features``) and tests."""
+    return switched_on(_APART)
+
+
 def unbound_features_on() -> bool:
     """Whether :func:`unbound_features` is in force (the index build reads it per call)."""
     return _UNBOUND[0]
@@ -201,7 +252,7 @@ class BoundFeatures:
     constants made, once; a call checks its supports' shapes, allocates q~ and k~ and
     launches, under one autograd node for both sides (none when no gradient is taken)."""
 
-    __slots__ = ("heads", "n_heads", "q", "k")
+    __slots__ = ("heads", "n_heads", "q", "k", "keep_pair", "grad_pair")
 
     def __init__(self, heads: tuple[int, ...], q: Tensor, k: Tensor):
         n_heads = q.shape[1]
@@ -210,6 +261,9 @@ class BoundFeatures:
         slots = head_slots(heads, n_heads, q.device)
         self.heads, self.n_heads = tuple(heads), n_heads
         self.q, self.k = (_BoundSide(x, slots, len(heads), n_heads) for x in (q, k))
+        B, D = q.shape[0], q.shape[-1]
+        self.keep_pair = _pair_site(self.q.keeps, self.k.keeps, B, D)  # both sides a launch: forward
+        self.grad_pair = _pair_site(self.q.grads, self.k.grads, B, D)  # and backward
 
     def __call__(self, q: Tensor, k: Tensor, g: PreparedGroup) -> tuple[Tensor, Tensor]:
         """q~ and k~ (B, H, T, D) of group ``g`` (the bound heads) from q and k (the bound
@@ -228,7 +282,46 @@ class BoundFeatures:
         k_support = _checked_support(k_support, self.k.rows)
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
             return _KeptPair.apply(q, k, q_support, k_support, self)
-        return self.q.keep(q, q_support), self.k.keep(k, k_support)
+        return self.keep(q, k, q_support, k_support)
+
+    def keep(self, q: Tensor, k: Tensor, q_support: Tensor, k_support: Tensor) -> tuple[Tensor, Tensor]:
+        """q~ and k~ in one launch (each side its own where either side has no rows)."""
+        if self.keep_pair is None or _APART[0]:
+            return self.q.keep(q, q_support), self.k.keep(k, k_support)
+        q_out, k_out = self.q.new(), self.k.new()
+        _launch_pair(self.keep_pair, self.q.slots, (q, q_support, q_out), (k, k_support, k_out))
+        return q_out, k_out
+
+    def grads(self, dq_kept: Tensor, dk_kept: Tensor, q_support: Tensor, k_support: Tensor) -> tuple[Tensor, Tensor]:
+        """The gradients w.r.t. q and k of q~ and k~ in one launch (as :meth:`keep`)."""
+        if self.grad_pair is None or _APART[0]:
+            return self.q.grad(dq_kept, q_support), self.k.grad(dk_kept, k_support)
+        dq_kept, dk_kept = (g if g.stride(-1) == 1 else g.contiguous() for g in (dq_kept, dk_kept))
+        dq, dk = self.q.new_grad(), self.k.new_grad()
+        _launch_pair(self.grad_pair, self.q.slots, (dq_kept, q_support, dq), (dk_kept, k_support, dk))
+        return dq, dk
+
+
+def _pair_site(side0: tuple | None, side1: tuple | None, batch: int, head_dim: int) -> tuple | None:
+    """One launch of :func:`_keep_features_pair` for two sides' directions (each a
+    ``_BoundSide`` direction: its site and sizes), None where either is empty: the row tiles
+    are sized for the longer side; (site, side 0's sizes, side 1's, side 0's programs)."""
+    if side0 is None or side1 is None:
+        return None
+    (_, sizes0), (_, sizes1) = side0, side1
+    rows = max(sizes0[0], sizes1[0])
+    constants = dict(constexprs(head_dim, rows), num_warps=_WARPS)
+    programs0 = batch * sizes0[3]  # sizes: (seqlen, n_src, x_div, heads_out)
+    grid = (triton.cdiv(rows, constants["BLOCK_T"]), programs0 + batch * sizes1[3])
+    return Site(lean(_keep_features_pair), grid, constants), sizes0, sizes1, programs0
+
+
+def _launch_pair(pair: tuple, slots: Tensor, side0: tuple, side1: tuple) -> None:
+    """``pair`` (:func:`_pair_site`) launched on each side's (input, support, output)."""
+    site, sizes0, sizes1, programs0 = pair
+    tensors0, scalars0 = _arguments(sizes0, side0[0], side0[1], slots, side0[2])
+    tensors1, scalars1 = _arguments(sizes1, side1[0], side1[1], slots, side1[2])
+    site((*tensors0, *tensors1), (), (*scalars0, *scalars1, programs0))
 
 
 class _BoundSide:
@@ -250,13 +343,21 @@ class _BoundSide:
         self.keeps = keeps if B * n_heads * T else None
         self.grads = (Site(kernel, (blocks, B * Hx), constants), (T, group, 1, Hx)) if B * Hx * T else None
 
+    def new(self) -> Tensor:
+        """An output of the keeping direction, unfilled."""
+        return torch.empty(self.shape, dtype=self.dtype, device=self.device)
+
+    def new_grad(self) -> Tensor:
+        """An output of the gradient's direction, unfilled."""
+        return torch.empty(self.grad_shape, dtype=self.dtype, device=self.device)
+
     def keep(self, x: Tensor, support: Tensor) -> Tensor:
-        return self._into(self.keeps, x, support, torch.empty(self.shape, dtype=self.dtype, device=self.device))
+        return self._into(self.keeps, x, support, self.new())
 
     def grad(self, grad: Tensor, support: Tensor) -> Tensor:
         if grad.stride(-1) != 1:
             grad = grad.contiguous()
-        return self._into(self.grads, grad, support, torch.empty(self.grad_shape, dtype=self.dtype, device=self.device))
+        return self._into(self.grads, grad, support, self.new_grad())
 
     def _into(self, direction: tuple | None, x: Tensor, support: Tensor, out: Tensor) -> Tensor:
         """``out`` written by ``direction``'s launch (None: empty, nothing to launch)."""
@@ -272,13 +373,16 @@ class _KeptPair(torch.autograd.Function):
     def forward(ctx, q: Tensor, k: Tensor, q_support: Tensor, k_support: Tensor, bound: BoundFeatures):
         ctx.save_for_backward(q_support, k_support)
         ctx.bound = bound
-        return bound.q.keep(q, q_support), bound.k.keep(k, k_support)
+        return bound.keep(q, k, q_support, k_support)
 
     @staticmethod
     def backward(ctx, dq_kept: Tensor, dk_kept: Tensor):
         q_support, k_support = ctx.saved_tensors
         bound = ctx.bound
-        dq = bound.q.grad(dq_kept, q_support) if ctx.needs_input_grad[0] else None
-        dk = bound.k.grad(dk_kept, k_support) if ctx.needs_input_grad[1] else None
+        if ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+            dq, dk = bound.grads(dq_kept, dk_kept, q_support, k_support)
+        else:
+            dq = bound.q.grad(dq_kept, q_support) if ctx.needs_input_grad[0] else None
+            dk = bound.k.grad(dk_kept, k_support) if ctx.needs_input_grad[1] else None
         dq, dk = first_order_only("triton", (dq, dk), (dq_kept, dk_kept))
         return dq, dk, None, None, None

@@ -456,7 +456,7 @@ def index_variants() -> list[tuple[str, dict]]:
     hashing kernel (hashing.py) and the ``topk_abs`` kernel (topk.py) at D = 64, 128 and 256,
     16-bit and fp32; the given ids' check (idcheck.py: ids' ranges and supports' repeats, one
     or two fields a launch; supports of 2 to 64 ids a token); the GQA gradients' sum (gqa.py);
-    and TopKFeatures' q~ and k~ (features.py) at D = 64, 128 and 256."""
+    and TopKFeatures' q~ and k~ (features.py, a side a launch and both in one) at D = 64, 128 and 256."""
     from . import index
     from .hashing import hash_constexprs
 
@@ -495,7 +495,8 @@ def index_variants() -> list[tuple[str, dict]]:
     out.append(("_sum_into_kv_heads", dict(BLOCK=_BLOCK, IN_ORDER=False, GROUP_K=1, GROUP_V=1)))
     from .features import constexprs as feature_constexprs
 
-    out += [("_keep_features", feature_constexprs(d)) for d in (64, 128, 256)]  # TopKFeatures' q~, k~ (features.py)
+    for d in (64, 128, 256):  # TopKFeatures' q~, k~ (features.py): a side a launch, and both sides in one
+        out += [("_keep_features", feature_constexprs(d)), ("_keep_features_pair", feature_constexprs(d))]
     from .idcheck import BLOCK, MAX_SUPPORT
 
     # one field or two of one kind (a pattern's two sides), ids (KPAD 1) or supports; a later
@@ -517,7 +518,7 @@ def compile_index_kernel(name: str, constexprs: dict):
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path(__file__).resolve().parents[3] / "build" / "triton-cache"))
     modules = {"_lsh_hash": hashing, "_check_ids": idcheck, "_topk_abs": topk, "_sum_into_kv_heads": gqa,
-               "_keep_features": features}
+               "_keep_features": features, "_keep_features_pair": features}
     fn = getattr(modules.get(name, index), name)
     # the hashing kernel: q and k in the dtype its PRECISION names (tf32: 16-bit), the rotation fp32;
     # the id check: int64 record, scratch and resets, a float32 poison
@@ -526,7 +527,8 @@ def compile_index_kernel(name: str, constexprs: dict):
     data = "*bf16" if constexprs.get("PRECISION") == "tf32" or constexprs.get("WIDTH") == 16 else "*fp32"
     inputs = {"Q_KEEP": "*i1", "K_KEEP": "*i1", "Q_BKT": "*i64", "K_BKT": "*i64", "Q": data, "K": data, "ROT": "*fp32",
               "POISON": "*fp32", "lo_init": "i64", "hi_init": "i64", "DK": "*fp32", "DV": "*fp32",
-              "OUT_K": "*bf16", "OUT_V": "*bf16", "SRC": "*bf16", "DST": "*bf16"}  # fmt: skip
+              "OUT_K": "*bf16", "OUT_V": "*bf16", "SRC": "*bf16", "DST": "*bf16", "SRC0": "*bf16", "DST0": "*bf16",
+              "SRC1": "*bf16", "DST1": "*bf16"}  # fmt: skip
     inputs |= {f"{row}{i}": "*i64" for row in ("RECORD", "SCRATCH", "RECORD_REP", "SCRATCH_REP") for i in (0, 1)}
     sig = {n: "constexpr" if n in constexprs else inputs.get(n, "*i32" if n.isupper() else "i32") for n in fn.arg_names}
     src = ASTSource(fn, sig, constexprs, _divisible(fn, sig, strides=False))

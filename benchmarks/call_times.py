@@ -148,6 +148,13 @@ def three(fn, calls: int) -> dict:
             "sync": round(1e3 * synchronized_ms(fn, DEVICE, calls=calls), 1)}
 
 
+def compiled(name: str) -> ts.CompiledAttention:
+    """The op a row's pattern name compiles to: ``NAME@BACKEND`` with that backend ("topk8@auto":
+    the one a default compile picks), a plain name with the Triton backend."""
+    pattern, _, backend = name.partition("@")
+    return ts.compile(PATTERNS[pattern].spec, causal=True, backend=backend or "triton")
+
+
 def calls_of(shape: str, names: list[str]) -> dict[str, dict]:
     """Per row (``shape/pattern``), its mode's callables; inputs made once per shape."""
     B, H, Hkv, D, T = (int(x) for x in shape.split("x"))
@@ -160,8 +167,7 @@ def calls_of(shape: str, names: list[str]) -> dict[str, dict]:
     label = f"B{B}_H{H}_Hkv{Hkv}_D{D}_T{T}"
     rows: dict[str, dict] = {}
     for name in names:
-        pattern, _, backend = name.partition("@")  # "topk8@auto": the backend a default compile picks
-        attn = ts.compile(PATTERNS[pattern].spec, causal=True, backend=backend or "triton")
+        attn = compiled(name)
         dec = attn.decide(q, k)
         # the same decisions as a user's own tensors: not trusted, so each call checks their ids
         given = ts.Decisions(**{n: t.clone() for n, t in dec.items() if t is not None})

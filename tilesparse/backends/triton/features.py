@@ -206,7 +206,12 @@ def _checked_support(support: Tensor, rows: tuple[int, int, int]) -> Tensor:
         B, Hg, T = rows
         raise ValueError(f"support must be ({B}, {Hg}, {T}, k) int32 feature ids (one row of heads a "
                          f"head), got {tuple(support.shape)} {support.dtype}")  # fmt: skip
-    return support if support.stride(-1) == 1 else support.contiguous()
+    return _unit_last(support)
+
+
+def _unit_last(x: Tensor) -> Tensor:
+    """``x`` with unit stride along its last dim (the kernel's rows), copied only where it has none."""
+    return x if x.stride(-1) == 1 else x.contiguous()
 
 
 class _KeptFeatures(torch.autograd.Function):
@@ -219,8 +224,7 @@ class _KeptFeatures(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         support, slots = ctx.saved_tensors
-        if grad.stride(-1) != 1:
-            grad = grad.contiguous()
+        grad = _unit_last(grad)
         H = grad.shape[1]
         dx = _launch(grad, support, slots, H // ctx.group, ctx.group, 1, ctx.dtype)
         (dx,) = first_order_only("triton", (dx,), (grad,))
@@ -296,7 +300,7 @@ class BoundFeatures:
         """The gradients w.r.t. q and k of q~ and k~ in one launch (as :meth:`keep`)."""
         if self.grad_pair is None or _APART[0]:
             return self.q.grad(dq_kept, q_support), self.k.grad(dk_kept, k_support)
-        dq_kept, dk_kept = (g if g.stride(-1) == 1 else g.contiguous() for g in (dq_kept, dk_kept))
+        dq_kept, dk_kept = _unit_last(dq_kept), _unit_last(dk_kept)
         dq, dk = self.q.new_grad(), self.k.new_grad()
         _launch_pair(self.grad_pair, self.q.slots, (dq_kept, q_support, dq), (dk_kept, k_support, dk))
         return dq, dk
@@ -355,9 +359,7 @@ class _BoundSide:
         return self._into(self.keeps, x, support, self.new())
 
     def grad(self, grad: Tensor, support: Tensor) -> Tensor:
-        if grad.stride(-1) != 1:
-            grad = grad.contiguous()
-        return self._into(self.grads, grad, support, self.new_grad())
+        return self._into(self.grads, _unit_last(grad), support, self.new_grad())
 
     def _into(self, direction: tuple | None, x: Tensor, support: Tensor, out: Tensor) -> Tensor:
         """``out`` written by ``direction``'s launch (None: empty, nothing to launch)."""
